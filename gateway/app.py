@@ -1,0 +1,148 @@
+"""``create_app(settings)``: the FastAPI application, its lifespan and its error mapping.
+
+There is no module-level app: tests and the CLI build one from a ``Settings``. Every error leaves
+through ``_gateway_error`` / ``_validation_error`` / ``_http_error`` / ``_unexpected_error`` so a
+client always gets OpenAI's ``{"error": {...}}`` shape, never FastAPI's ``{"detail": ...}``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import Request
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gateway.backend.triton import TritonBackend
+from gateway.backend.types import Backend
+from gateway.catalog import ModelCatalog
+from gateway.config import Settings
+from gateway.errors import GatewayError, InvalidRequestError, error_body
+from gateway.routes import chat, health, models
+from gateway.routes.common import ClientDisconnected, JSONBytesResponse
+from gateway.service import CompletionService
+
+logger = logging.getLogger(__name__)
+
+REQUEST_ID_HEADER = "x-request-id"
+_REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
+
+
+class RequestIdMiddleware:
+    """Accept ``X-Request-Id`` (or make one), keep it in ``scope["state"]`` for the Triton request
+    id and logs, and echo it on the response. Pure ASGI: no per-request task or body buffering."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        incoming = ""
+        for name, value in scope["headers"]:
+            if name == b"x-request-id":
+                incoming = value.decode("latin-1")
+                break
+        request_id = incoming if _REQUEST_ID_OK.match(incoming) else uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = request_id
+        header = (b"x-request-id", request_id.encode("latin-1"))
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), header]
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)
+
+
+def _json_error(error: GatewayError) -> JSONBytesResponse:
+    return JSONBytesResponse(error_body(error), status_code=error.status_code, headers=error.headers)
+
+
+async def _gateway_error(request: Request, exc: Exception) -> JSONBytesResponse:
+    assert isinstance(exc, GatewayError)
+    if exc.status_code >= 500:
+        logger.warning("%s %s -> %d: %s", request.method, request.url.path, exc.status_code, exc.message)
+    return _json_error(exc)
+
+
+def _describe_validation(errors: list[dict[str, Any]]) -> InvalidRequestError:
+    first = errors[0] if errors else {}
+    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    if first.get("type") == "json_invalid":
+        return InvalidRequestError("We could not parse the JSON body of your request.", code="invalid_json")
+    param = ".".join(loc) or None
+    message = str(first.get("msg", "invalid request"))
+    if first.get("type") == "missing":
+        message = f"'{param}' is a required property"
+    elif param:
+        message = f"Invalid value for '{param}': {message}"
+    more = len(errors) - 1
+    if more > 0:
+        message += f" (and {more} more error{'s' if more > 1 else ''})"
+    return InvalidRequestError(message, param=param, code="invalid_value" if first.get("type") != "missing" else None)
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONBytesResponse:
+    assert isinstance(exc, RequestValidationError)
+    return _json_error(_describe_validation(list(exc.errors())))
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONBytesResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    error = GatewayError(str(exc.detail), code=None)
+    error.status_code = exc.status_code  # type: ignore[misc]
+    error.error_type = "invalid_request_error" if exc.status_code < 500 else "server_error"  # type: ignore[misc]
+    if exc.status_code == 404:
+        error.message = f"Unknown request URL: {request.method} {request.url.path}."
+    return JSONBytesResponse(error_body(error), status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
+
+async def _client_disconnected(request: Request, exc: Exception) -> JSONBytesResponse:
+    # Nobody reads this; the status is for access logs (nginx's 499 convention).
+    return JSONBytesResponse({"error": {"message": "client disconnected", "type": "client_closed_request",
+                                        "param": None, "code": None}}, status_code=499)
+
+
+async def _unexpected_error(request: Request, exc: Exception) -> JSONBytesResponse:
+    logger.exception("unhandled error on %s %s", request.method, request.url.path)
+    return _json_error(GatewayError("The server had an error while processing your request."))
+
+
+def create_app(settings: Settings, backend: Backend | None = None) -> FastAPI:
+    """Build the app. ``backend`` defaults to a ``TritonBackend`` on ``settings.triton_url``."""
+    the_backend: Backend = backend or TritonBackend(settings.triton_url, keepalive_ms=settings.grpc_keepalive_ms)
+    catalog = ModelCatalog(the_backend, settings.model_repository, settings.model_refresh_interval)
+    service = CompletionService(the_backend, catalog, settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await the_backend.start()
+        try:
+            await catalog.refresh()
+        except GatewayError as exc:
+            logger.warning("Triton not reachable at startup (%s); will keep trying", exc.message)
+        yield
+        await the_backend.close()
+
+    app = FastAPI(title="triton-openai-gateway", version="0.1.0", lifespan=lifespan)
+    app.state.service = service
+    app.state.settings = settings
+    app.add_exception_handler(GatewayError, _gateway_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(ClientDisconnected, _client_disconnected)
+    app.add_exception_handler(Exception, _unexpected_error)
+    app.include_router(health.router)
+    app.include_router(models.router)
+    app.include_router(chat.router)
+    app.add_middleware(RequestIdMiddleware)
+    return app

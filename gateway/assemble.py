@@ -1,0 +1,187 @@
+"""Stream assembly: backend chunks in, what each choice may say out. Pure, no I/O.
+
+This is where the gateway refuses to trust the backend, for every backend contract:
+
+- bytes are decoded incrementally, so a UTF-8 character split across two responses is never
+  surfaced as U+FFFD (invalid bytes still are, as every decoder must);
+- stop strings are enforced here: a tail that could still become a stop string is held back until
+  it resolves, so no chunk ever shows part of a matched stop string, and the caller is told to
+  cancel the backend once every choice is done;
+- the finish reason is the real one, and usage is the backend's token counts (input counts are
+  repeated per response, output counts are deltas).
+
+The per-token path allocates one small tuple per event; no pydantic, no logging.
+"""
+
+from __future__ import annotations
+
+import codecs
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from gateway.backend.types import GenerationChunk
+from gateway.errors import BackendError
+
+
+class ChoiceEvent(NamedTuple):
+    """What one choice says in response to one backend chunk."""
+
+    index: int
+    text: str
+    finish_reason: str | None
+    logprobs: list[Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.total_tokens,
+        }
+
+
+def find_stop(text: str, stops: Sequence[str]) -> tuple[int, str] | None:
+    """Earliest occurrence of any stop string in ``text``: (position, stop)."""
+    best: tuple[int, str] | None = None
+    for stop in stops:
+        position = text.find(stop)
+        if position != -1 and (best is None or position < best[0]):
+            best = (position, stop)
+    return best
+
+
+def partial_stop_length(text: str, stops: Sequence[str]) -> int:
+    """Length of the longest suffix of ``text`` that is a proper prefix of some stop string."""
+    longest = 0
+    for stop in stops:
+        for size in range(min(len(stop) - 1, len(text)), longest, -1):
+            if text.endswith(stop[:size]):
+                longest = size
+                break
+    return longest
+
+
+class ChoiceAssembler:
+    """One sequence's state: UTF-8 decoder, held-back tail, finish reason, token count."""
+
+    __slots__ = ("_decoder", "_held", "_stops", "_include_stop", "finish_reason", "completion_tokens")
+
+    def __init__(self, stops: Sequence[str], include_stop: bool) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._held = ""
+        self._stops = tuple(s for s in stops if s)
+        self._include_stop = include_stop
+        self.finish_reason: str | None = None
+        self.completion_tokens = 0
+
+    @property
+    def done(self) -> bool:
+        return self.finish_reason is not None
+
+    def feed(self, data: bytes, finish_reason: str | None) -> str:
+        """Text that is now safe to emit; sets ``finish_reason`` when the sequence ends."""
+        if self.finish_reason is not None:
+            return ""
+        ending = finish_reason is not None
+        text = self._decoder.decode(data, ending)
+        if not self._stops:
+            if ending:
+                self.finish_reason = finish_reason
+            return text
+        text = self._held + text
+        found = find_stop(text, self._stops)
+        if found is not None:
+            position, stop = found
+            self._held = ""
+            self.finish_reason = "stop"
+            return text[: position + len(stop)] if self._include_stop else text[:position]
+        if ending:
+            self._held = ""
+            self.finish_reason = finish_reason
+            return text
+        keep = partial_stop_length(text, self._stops)
+        if keep:
+            self._held = text[-keep:]
+            return text[:-keep]
+        self._held = ""
+        return text
+
+    def finish(self, reason: str) -> str:
+        """End the sequence now (the backend's stream ended without saying why)."""
+        if self.finish_reason is not None:
+            return ""
+        text = self._held + self._decoder.decode(b"", True)
+        self._held = ""
+        self.finish_reason = reason
+        return text
+
+
+class GenerationAssembler:
+    """All choices of one request. ``feed`` a chunk, get the events to send."""
+
+    def __init__(
+        self,
+        n: int,
+        *,
+        stops: Sequence[str] = (),
+        include_stop: bool = False,
+        max_tokens: int | None = None,
+    ) -> None:
+        self.choices = [ChoiceAssembler(stops, include_stop) for _ in range(n)]
+        self.prompt_tokens = 0
+        self._max_tokens = max_tokens
+
+    @property
+    def done(self) -> bool:
+        return all(choice.done for choice in self.choices)
+
+    @property
+    def usage(self) -> Usage:
+        return Usage(self.prompt_tokens, sum(c.completion_tokens for c in self.choices))
+
+    def feed(self, chunk: GenerationChunk) -> list[ChoiceEvent]:
+        if chunk.num_input_tokens is not None:
+            self.prompt_tokens = chunk.num_input_tokens
+        if len(chunk.text) > len(self.choices):
+            raise BackendError(
+                f"the backend returned {len(chunk.text)} sequences, {len(self.choices)} were asked for"
+            )
+        events: list[ChoiceEvent] = []
+        counts = chunk.num_output_tokens
+        for index, data in enumerate(chunk.text):
+            choice = self.choices[index]
+            if choice.done:
+                continue
+            if counts is not None and index < len(counts):
+                choice.completion_tokens += counts[index]
+            reason = chunk.finish_reason[index] if index < len(chunk.finish_reason) else None
+            if reason == "abort":
+                raise BackendError("the backend aborted the request")
+            text = choice.feed(data, reason)
+            logprobs = chunk.logprobs[index] if chunk.logprobs is not None else None
+            if text or choice.done or logprobs:
+                events.append(ChoiceEvent(index, text, choice.finish_reason, logprobs))
+        if chunk.final:
+            events.extend(self.close())
+        return events
+
+    def close(self) -> list[ChoiceEvent]:
+        """The backend's stream ended: end every choice still open, with the reason we can infer."""
+        events = []
+        for index, choice in enumerate(self.choices):
+            if choice.done:
+                continue
+            capped = self._max_tokens is not None and choice.completion_tokens >= self._max_tokens
+            text = choice.finish("length" if capped else "stop")
+            events.append(ChoiceEvent(index, text, choice.finish_reason, None))
+        return events

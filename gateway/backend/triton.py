@@ -1,0 +1,277 @@
+"""The Triton client: one gRPC ``ModelStreamInfer`` call per generation, over a shared channel.
+
+We speak to Triton with ``tritonclient``'s generated protobuf stubs on a ``grpc.aio`` channel
+rather than through ``tritonclient.grpc.aio.InferenceServerClient``: the wrapper builds numpy arrays
+for every response and hides the call object, and we need neither cost on the per-token path nor
+an indirection between us and ``call.cancel()``. The request iterator yields exactly one request
+and ends, which half-closes the stream, so the response stream ends after the model's FINAL
+response. Cancelling the call (client gone, stop string hit, deadline) is what makes the model see
+``is_cancelled()``; a ``break`` alone would not, so ``generate`` cancels in ``finally``.
+
+Speaks the vLLM-backend tensor contract (see ``triton_models/README.md``); knows nothing of OpenAI.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import struct
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import grpc
+import orjson
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+from gateway.backend.types import BackendModel, GenerationChunk, GenerationRequest
+from gateway.errors import (
+    BackendError,
+    BackendTimeoutError,
+    BackendUnavailableError,
+    GatewayError,
+    InvalidRequestError,
+    ModelNotFoundError,
+)
+
+logger = logging.getLogger(__name__)
+
+# Tensor names of the vLLM-backend contract.
+TEXT_INPUT = "text_input"
+STREAM = "stream"
+SAMPLING_PARAMETERS = "sampling_parameters"
+EXCLUDE_INPUT_IN_OUTPUT = "exclude_input_in_output"
+RETURN_FINISH_REASON = "return_finish_reason"
+RETURN_NUM_INPUT_TOKENS = "return_num_input_tokens"
+RETURN_NUM_OUTPUT_TOKENS = "return_num_output_tokens"
+RETURN_LOGPROBS = "return_logprobs"
+TEXT_OUTPUT = "text_output"
+FINISH_REASON = "finish_reason"
+NUM_INPUT_TOKENS = "num_input_tokens"
+NUM_OUTPUT_TOKENS = "num_output_tokens"
+LOGPROBS = "logprobs"
+
+_FINISH_NONE = {"None", "none", "null", ""}
+_UINT32 = struct.Struct("<I")
+
+# In-stream errors carry only a message (no status code), so known texts are classified here.
+_ERROR_PATTERNS: tuple[tuple[re.Pattern[str], type[GatewayError]], ...] = (
+    (re.compile(r"LoRA .* is not supported"), ModelNotFoundError),
+    (re.compile(r"unknown model|is not found|not ready|unavailable model", re.I), BackendUnavailableError),
+    (re.compile(r"not supported by|invalid sampling|unknown sampling|INVALID_ARG", re.I), InvalidRequestError),
+)
+
+_STATUS_ERRORS: dict[grpc.StatusCode, type[GatewayError]] = {
+    grpc.StatusCode.UNAVAILABLE: BackendUnavailableError,
+    grpc.StatusCode.DEADLINE_EXCEEDED: BackendTimeoutError,
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidRequestError,
+    grpc.StatusCode.NOT_FOUND: BackendUnavailableError,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: BackendUnavailableError,
+}
+
+
+def classify_stream_error(message: str) -> GatewayError:
+    """Map an error message sent inside the stream to a typed error."""
+    for pattern, error_type in _ERROR_PATTERNS:
+        if pattern.search(message):
+            return error_type(message, param="model" if error_type is ModelNotFoundError else None)
+    return BackendError(message)
+
+
+def classify_rpc_error(error: grpc.aio.AioRpcError) -> GatewayError:
+    """Map a gRPC status to a typed error."""
+    error_type = _STATUS_ERRORS.get(error.code(), BackendError)
+    details = error.details() or error.code().name
+    if error_type is BackendUnavailableError:
+        return BackendUnavailableError(f"Triton is unavailable: {details}", headers={"Retry-After": "1"})
+    if error_type is BackendTimeoutError:
+        return BackendTimeoutError("the request's deadline passed before the backend finished")
+    return error_type(f"Triton error: {details}")
+
+
+def _bytes_tensor(request: Any, name: str, value: bytes) -> None:
+    tensor = request.inputs.add()
+    tensor.name = name
+    tensor.datatype = "BYTES"
+    tensor.shape.append(1)
+    request.raw_input_contents.append(_UINT32.pack(len(value)) + value)
+
+
+def _bool_tensor(request: Any, name: str, value: bool) -> None:
+    tensor = request.inputs.add()
+    tensor.name = name
+    tensor.datatype = "BOOL"
+    tensor.shape.append(1)
+    request.raw_input_contents.append(b"\x01" if value else b"\x00")
+
+
+def build_infer_request(request: GenerationRequest) -> Any:
+    """The one ``ModelInferRequest`` of a generation (vLLM-backend contract)."""
+    infer = service_pb2.ModelInferRequest(model_name=request.model, id=request.request_id)
+    _bytes_tensor(infer, TEXT_INPUT, request.prompt.encode("utf-8"))
+    _bool_tensor(infer, STREAM, request.stream)
+    _bytes_tensor(infer, SAMPLING_PARAMETERS, orjson.dumps(dict(request.sampling)))
+    _bool_tensor(infer, EXCLUDE_INPUT_IN_OUTPUT, True)
+    _bool_tensor(infer, RETURN_FINISH_REASON, True)
+    _bool_tensor(infer, RETURN_NUM_INPUT_TOKENS, True)
+    _bool_tensor(infer, RETURN_NUM_OUTPUT_TOKENS, True)
+    if request.return_logprobs:
+        _bool_tensor(infer, RETURN_LOGPROBS, True)
+    return infer
+
+
+def _split_bytes(raw: bytes) -> list[bytes]:
+    """Triton's BYTES serialization: each element is a uint32 little-endian length and the bytes."""
+    out: list[bytes] = []
+    offset, end = 0, len(raw)
+    while offset < end:
+        (length,) = _UINT32.unpack_from(raw, offset)
+        offset += 4
+        out.append(raw[offset : offset + length])
+        offset += length
+    return out
+
+
+def _numbers(raw: bytes, datatype: str) -> list[int] | list[float]:
+    if datatype == "UINT32":
+        return list(struct.unpack(f"<{len(raw) // 4}I", raw))
+    if datatype == "INT32":
+        return list(struct.unpack(f"<{len(raw) // 4}i", raw))
+    if datatype == "UINT64":
+        return list(struct.unpack(f"<{len(raw) // 8}Q", raw))
+    if datatype == "INT64":
+        return list(struct.unpack(f"<{len(raw) // 8}q", raw))
+    if datatype == "FP32":
+        return list(struct.unpack(f"<{len(raw) // 4}f", raw))
+    raise BackendError(f"unexpected datatype {datatype} from backend")
+
+
+def parse_infer_response(response: Any, final: bool) -> GenerationChunk:
+    """Turn one ``ModelInferResponse`` into a chunk without numpy (hot path)."""
+    text: Sequence[bytes] = ()
+    finish: tuple[str | None, ...] = ()
+    num_in: int | None = None
+    num_out: tuple[int, ...] | None = None
+    logprobs: tuple[Any, ...] | None = None
+    raws = response.raw_output_contents
+    for index, output in enumerate(response.outputs):
+        raw = raws[index] if index < len(raws) else b""
+        name = output.name
+        if name == TEXT_OUTPUT:
+            text = _split_bytes(raw)
+        elif name == FINISH_REASON:
+            finish = tuple(
+                None if r.decode("utf-8", "replace") in _FINISH_NONE else r.decode("utf-8", "replace")
+                for r in _split_bytes(raw)
+            )
+        elif name == NUM_INPUT_TOKENS:
+            values = _numbers(raw, output.datatype)
+            num_in = int(values[0]) if values else None
+        elif name == NUM_OUTPUT_TOKENS:
+            num_out = tuple(int(v) for v in _numbers(raw, output.datatype))
+        elif name == LOGPROBS:
+            logprobs = tuple(orjson.loads(r) for r in _split_bytes(raw))
+    if not finish:
+        finish = (None,) * len(text)
+    return GenerationChunk(
+        text=tuple(text),
+        finish_reason=finish,
+        num_input_tokens=num_in,
+        num_output_tokens=num_out,
+        logprobs=logprobs,
+        final=final,
+    )
+
+
+def _is_final(response: Any) -> bool:
+    param = response.parameters.get("triton_final_response")
+    return bool(param is not None and param.bool_param)
+
+
+class TritonBackend:
+    """A ``Backend`` over Triton's gRPC API."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        keepalive_ms: int = 30_000,
+        credentials: grpc.ChannelCredentials | None = None,
+    ) -> None:
+        self.url = url
+        self._options = [
+            ("grpc.max_send_message_length", -1),
+            ("grpc.max_receive_message_length", -1),
+            ("grpc.keepalive_time_ms", keepalive_ms),
+            ("grpc.keepalive_timeout_ms", 10_000),
+            ("grpc.keepalive_permit_without_calls", 0),
+            ("grpc.http2.max_pings_without_data", 0),
+            ("grpc.enable_retries", 0),
+        ]
+        self._credentials = credentials
+        self._channel: grpc.aio.Channel | None = None
+        self._stub: Any = None
+
+    async def start(self) -> None:
+        if self._credentials is not None:
+            self._channel = grpc.aio.secure_channel(self.url, self._credentials, options=self._options)
+        else:
+            self._channel = grpc.aio.insecure_channel(self.url, options=self._options)
+        self._stub = service_pb2_grpc.GRPCInferenceServiceStub(self._channel)
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close(grace=None)
+            self._channel = None
+
+    async def server_ready(self) -> bool:
+        try:
+            reply = await self._stub.ServerReady(service_pb2.ServerReadyRequest(), timeout=2.0)
+        except grpc.aio.AioRpcError:
+            return False
+        return bool(reply.ready)
+
+    async def model_ready(self, name: str) -> bool:
+        try:
+            reply = await self._stub.ModelReady(service_pb2.ModelReadyRequest(name=name), timeout=2.0)
+        except grpc.aio.AioRpcError:
+            return False
+        return bool(reply.ready)
+
+    async def list_models(self) -> list[BackendModel]:
+        try:
+            index = await self._stub.RepositoryIndex(service_pb2.RepositoryIndexRequest(ready=True), timeout=5.0)
+            models = []
+            for entry in index.models:
+                if entry.state != "READY":
+                    continue
+                reply = await self._stub.ModelConfig(
+                    service_pb2.ModelConfigRequest(name=entry.name, version=entry.version), timeout=5.0
+                )
+                config = reply.config
+                models.append(
+                    BackendModel(
+                        name=entry.name,
+                        version=entry.version,
+                        platform=config.backend or config.platform,
+                        inputs=frozenset(i.name for i in config.input),
+                    )
+                )
+        except grpc.aio.AioRpcError as exc:
+            raise classify_rpc_error(exc) from exc
+        return models
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
+        if self._stub is None:
+            raise BackendUnavailableError("the Triton client is not started")
+        call = self._stub.ModelStreamInfer(iter((build_infer_request(request),)), timeout=request.timeout)
+        try:
+            async for reply in call:
+                if reply.error_message:
+                    raise classify_stream_error(reply.error_message)
+                response = reply.infer_response
+                yield parse_infer_response(response, _is_final(response))
+        except grpc.aio.AioRpcError as exc:
+            raise classify_rpc_error(exc) from exc
+        finally:
+            if not call.done():
+                call.cancel()

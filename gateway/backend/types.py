@@ -1,0 +1,73 @@
+"""Internal types between the translation layer and a backend.
+
+Plain frozen dataclasses, not pydantic: one ``GenerationChunk`` is built per backend response, on
+the per-token path, so it must cost no validation. Nothing here knows OpenAI's wire format.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationRequest:
+    """One generation call: a prompt and vLLM-style sampling parameters for one backend model."""
+
+    request_id: str
+    model: str
+    prompt: str
+    sampling: Mapping[str, Any]
+    """vLLM ``SamplingParams`` fields (plus ``lora_name``), already validated; sent as JSON."""
+    stream: bool = True
+    """Ask the backend for deltas (True) or one response with the full text (False)."""
+    return_logprobs: bool = False
+    timeout: float | None = None
+    """Seconds until the backend call is cancelled; None for no deadline."""
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationChunk:
+    """One backend response. Every tuple has one element per sequence (``n``)."""
+
+    text: tuple[bytes, ...]
+    """Raw UTF-8 bytes: the delta since the previous chunk when streaming, else the full text.
+    A multi-byte character may be split across two chunks."""
+    finish_reason: tuple[str | None, ...]
+    """None while the sequence goes on; then ``stop``, ``length`` or ``abort``."""
+    num_input_tokens: int | None = None
+    num_output_tokens: tuple[int, ...] | None = None
+    """Tokens added since the previous chunk (sum them), when the backend reports it."""
+    logprobs: tuple[Any, ...] | None = None
+    """Per sequence, the backend's per-token logprob entries for this chunk (parsed JSON)."""
+    final: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class BackendModel:
+    """A model the backend serves and is ready to run."""
+
+    name: str
+    version: str = ""
+    platform: str = ""
+    inputs: frozenset[str] = field(default_factory=frozenset)
+
+
+class Backend(Protocol):
+    """What the gateway needs from an inference server. ``TritonBackend`` is the real one."""
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def server_ready(self) -> bool: ...
+
+    async def model_ready(self, name: str) -> bool: ...
+
+    async def list_models(self) -> list[BackendModel]: ...
+
+    def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
+        """Yield chunks until the backend's final one. Closing the iterator early (``aclose``,
+        cancellation) must cancel the backend's work for this request."""
+        ...

@@ -1,0 +1,90 @@
+"""``triton-openai-gateway``: flags mirror the ``Settings`` fields (``--triton-url`` is
+``triton_url``, env ``GATEWAY_TRITON_URL``); a flag wins over the environment.
+
+``--embedded`` starts a local tritonserver with the shipped tiny model first, so one command gives
+a working stack on a laptop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Any, get_args
+
+import uvicorn
+
+from gateway.config import ENV_PREFIX, Settings
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="triton-openai-gateway",
+        description="OpenAI-compatible HTTP gateway in front of NVIDIA Triton Inference Server. "
+        f"Every flag can also be set as an environment variable {ENV_PREFIX}<NAME>.",
+    )
+    for name, field in Settings.model_fields.items():
+        help_text = (field.description or "").strip() or None
+        env = f"{ENV_PREFIX}{name.upper()}"
+        help_text = f"{help_text + ' ' if help_text else ''}[env {env}; default {field.default!r}]"
+        annotation = field.annotation
+        if annotation is bool:
+            parser.add_argument(_flag(name), action=argparse.BooleanOptionalAction, default=None, help=help_text)
+            continue
+        choices = get_args(annotation) if getattr(annotation, "__origin__", None) is not None and str(annotation).startswith("typing.Literal") else None
+        parser.add_argument(_flag(name), dest=name, default=None, choices=choices or None, help=help_text)
+    return parser
+
+
+def settings_from_args(argv: Sequence[str] | None = None) -> Settings:
+    args = build_parser().parse_args(argv)
+    given: dict[str, Any] = {k: v for k, v in vars(args).items() if v is not None}
+    return Settings(**given)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    settings = settings_from_args(argv)
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    from gateway.app import create_app
+
+    triton = None
+    if settings.embedded:
+        from gateway.triton_launcher import DEFAULT_MODEL_REPOSITORY, TritonLaunchError, TritonServer
+
+        repository = settings.model_repository or DEFAULT_MODEL_REPOSITORY
+        try:
+            triton = TritonServer(repository, log_file=settings.triton_log_file).start()
+        except TritonLaunchError as exc:
+            logging.getLogger("gateway").error("%s", exc)
+            return 2
+        settings = settings.model_copy(update={"triton_url": triton.grpc_url, "model_repository": repository})
+        logging.getLogger("gateway").info(
+            "embedded Triton ready on %s (log: %s)", triton.grpc_url, triton.log_file
+        )
+    try:
+        base = f"http://{settings.host}:{settings.port}"
+        logging.getLogger("gateway").info(
+            "serving on %s — try: curl -N %s/v1/chat/completions -H 'Content-Type: application/json' "
+            "-d '{\"model\": \"tiny-llm\", \"stream\": true, \"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}'",
+            base,
+            base,
+        )
+        uvicorn.run(
+            create_app(settings),
+            host=settings.host,
+            port=settings.port,
+            log_level=settings.log_level,
+            access_log=False,
+            timeout_graceful_shutdown=30,
+        )
+    finally:
+        if triton is not None:
+            triton.stop()
+    return 0

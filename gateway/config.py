@@ -1,0 +1,83 @@
+"""The one settings object.
+
+Every knob of the gateway lives here, read from environment variables with the ``GATEWAY_`` prefix
+(and, for the CLI, from flags that mirror the field names: ``triton_url`` is ``--triton-url``).
+Nothing else in the package reads the environment, so a test or an embedding application can build
+a ``Settings`` by hand and know it sees everything.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ENV_PREFIX = "GATEWAY_"
+
+
+class Settings(BaseSettings):
+    """Gateway configuration. Field docstrings are the configuration reference (see README)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        extra="ignore",
+        validate_default=True,
+        populate_by_name=True,
+        use_attribute_docstrings=True,
+    )
+
+    host: str = "127.0.0.1"
+    """Address the HTTP server binds to. Use 0.0.0.0 in a container."""
+
+    port: int = Field(default=8000, ge=0, le=65535)
+    """HTTP port of the gateway."""
+
+    triton_url: str = "localhost:8001"
+    """Triton's gRPC endpoint, host:port. Ignored in embedded mode (the launcher picks a port)."""
+
+    embedded: bool = False
+    """Start a local tritonserver (from the nvidia-pytriton wheel) against ``model_repository``
+    and serve it. Needs the ``local`` extra."""
+
+    model_repository: Path | None = None
+    """Triton model repository on a filesystem the gateway can read. Used to find each model's
+    tokenizer/chat template (``<model>/1/model.json`` → ``"model"``) and LoRA adapters
+    (``<model>/1/multi_lora.json``). Embedded mode defaults it to the shipped tiny model."""
+
+    triton_log_file: Path | None = None
+    """Embedded mode: where tritonserver's log goes (default: a temporary file, path logged)."""
+
+    lora_separator: str = ":"
+    """LoRA adapters are served as model ids ``<base><separator><adapter>``."""
+
+    model_refresh_interval: float = Field(default=10.0, ge=0.0)
+    """Seconds between refreshes of the model list from Triton (0: refresh on every lookup)."""
+
+    default_max_tokens: int = Field(default=1024, ge=1)
+    """``max_tokens`` when the request sets none and the model's context length or tokenizer is
+    unknown (otherwise the default is all the room the context leaves after the prompt)."""
+
+    sse_ping_interval: float = Field(default=15.0, gt=0.0)
+    """Seconds between SSE comment pings (``: ping``) that keep idle streams alive through proxies."""
+
+    first_response_wait: float = Field(default=2.0, ge=0.0)
+    """Streaming: how long to wait for the backend's first response before sending headers. An
+    error within this window gets a real HTTP status; after it, an SSE error event."""
+
+    request_timeout: float | None = Field(default=None, gt=0.0)
+    """Upper bound in seconds for one request end to end; the Triton call is cancelled when it passes."""
+
+    grpc_keepalive_ms: int = Field(default=30_000, ge=1000)
+    """gRPC keepalive ping interval to Triton, so a dead peer is noticed on idle channels."""
+
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    """Log level of the gateway's loggers."""
+
+    @field_validator("lora_separator")
+    @classmethod
+    def _separator_not_empty(cls, value: str) -> str:
+        if not value:
+            raise ValueError("lora_separator must not be empty")
+        return value

@@ -1,0 +1,124 @@
+"""The gateway's exception tree, and the one place that turns an exception into OpenAI's error body.
+
+::
+
+    GatewayError                        500 server_error
+    ├── InvalidRequestError             400 invalid_request_error
+    │   ├── ContextLengthExceededError  400 code=context_length_exceeded
+    │   ├── ModelNotFoundError          404 code=model_not_found
+    │   ├── AuthenticationError         401
+    │   └── PayloadTooLargeError        413
+    ├── RateLimitError                  429 (Retry-After)
+    ├── BackendUnavailableError         503 (Retry-After)
+    ├── BackendTimeoutError             504
+    └── BackendError                    500 (the backend failed the request)
+
+Every layer raises these; the HTTP edge maps them with :func:`error_body` both for JSON responses
+and for the error event of a stream that has already started, so a client sees the same shape
+either way.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class GatewayError(Exception):
+    """Base of every error the gateway answers with; carries status, OpenAI type and code."""
+
+    status_code: ClassVar[int] = 500
+    error_type: ClassVar[str] = "server_error"
+    default_code: ClassVar[str | None] = None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code if code is not None else self.default_code
+        self.headers = headers or {}
+
+
+class InvalidRequestError(GatewayError):
+    """The request is malformed or asks for something the gateway will not do."""
+
+    status_code = 400
+    error_type = "invalid_request_error"
+
+
+class ContextLengthExceededError(InvalidRequestError):
+    """The prompt (plus what was asked to be generated) does not fit the model's context."""
+
+    default_code = "context_length_exceeded"
+
+
+class ModelNotFoundError(InvalidRequestError):
+    """No served model or adapter has that id."""
+
+    status_code = 404
+    default_code = "model_not_found"
+
+
+class AuthenticationError(InvalidRequestError):
+    """Missing or wrong API key."""
+
+    status_code = 401
+    error_type = "authentication_error"
+    default_code = "invalid_api_key"
+
+
+class PayloadTooLargeError(InvalidRequestError):
+    """The request body or one of its parts is over a configured limit."""
+
+    status_code = 413
+    default_code = "request_too_large"
+
+
+class RateLimitError(GatewayError):
+    """The gateway's queue for the model is full; retry later or elsewhere."""
+
+    status_code = 429
+    error_type = "rate_limit_error"
+    default_code = "rate_limit_exceeded"
+
+
+class BackendUnavailableError(GatewayError):
+    """Triton or the model is not reachable or not ready."""
+
+    status_code = 503
+    error_type = "service_unavailable"
+    default_code = "backend_unavailable"
+
+
+class BackendTimeoutError(GatewayError):
+    """The request's deadline passed before the backend finished."""
+
+    status_code = 504
+    error_type = "timeout_error"
+    default_code = "timeout"
+
+
+class BackendError(GatewayError):
+    """The backend accepted the request and then failed it."""
+
+    status_code = 500
+    error_type = "server_error"
+    default_code = "backend_error"
+
+
+def error_body(error: GatewayError) -> dict[str, Any]:
+    """OpenAI's error object: ``{"error": {"message", "type", "param", "code"}}``."""
+    return {
+        "error": {
+            "message": error.message,
+            "type": error.error_type,
+            "param": error.param,
+            "code": error.code,
+        }
+    }

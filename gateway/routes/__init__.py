@@ -1,0 +1,1 @@
+"""HTTP routes: one module per endpoint group, each handler a few lines."""

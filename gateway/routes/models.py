@@ -1,0 +1,46 @@
+"""GET /v1/models and /v1/models/{id}: base models and their LoRA adapters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from starlette.requests import Request
+
+from gateway.catalog import ServedModel
+from gateway.errors import ModelNotFoundError
+from gateway.routes.common import JSONBytesResponse, service_of
+from gateway.translate.models import list_model_ids
+
+router = APIRouter()
+
+
+def _model_object(model_id: str, base: ServedModel, adapter: str | None) -> dict[str, Any]:
+    return {
+        "id": model_id,
+        "object": "model",
+        "created": base.created,
+        "owned_by": "triton-openai-gateway",
+        "root": base.name,
+        "parent": base.name if adapter is not None else None,
+        "max_model_len": base.max_model_len,
+    }
+
+
+async def _objects(request: Request) -> list[dict[str, Any]]:
+    service = service_of(request)
+    models = await service.catalog.models()
+    return [_model_object(*entry) for entry in list_model_ids(models, service.settings.lora_separator)]
+
+
+@router.get("/v1/models")
+async def list_models(request: Request) -> JSONBytesResponse:
+    return JSONBytesResponse({"object": "list", "data": await _objects(request)})
+
+
+@router.get("/v1/models/{model_id:path}")
+async def retrieve_model(model_id: str, request: Request) -> JSONBytesResponse:
+    for item in await _objects(request):
+        if item["id"] == model_id:
+            return JSONBytesResponse(item)
+    raise ModelNotFoundError(f"The model '{model_id}' does not exist.", param="model")

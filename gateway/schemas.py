@@ -1,0 +1,119 @@
+"""OpenAI wire models for requests, with OpenAI's names. No backend imports.
+
+Requests are validated once, at the edge; responses are built as plain dicts (see ``responses``)
+because they sit on the per-token path. Unknown fields are kept (``extra="allow"``) and ignored:
+OpenAI adds fields often and clients send vLLM-style extras through ``extra_body``; answering
+those with 422 is the most reported failure of peer gateways.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+_LENIENT = ConfigDict(extra="allow", populate_by_name=True)
+
+
+class TextContentPart(BaseModel):
+    model_config = _LENIENT
+    type: Literal["text"]
+    text: str
+
+
+class OtherContentPart(BaseModel):
+    """Image, audio, file and refusal parts: parsed so they can be rejected with a clear message."""
+
+    model_config = _LENIENT
+    type: str
+
+
+ContentPart = TextContentPart | OtherContentPart
+
+
+class ChatMessage(BaseModel):
+    model_config = _LENIENT
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+
+
+class StreamOptions(BaseModel):
+    model_config = _LENIENT
+    include_usage: bool = False
+    continuous_usage_stats: bool = False
+
+
+class ResponseFormat(BaseModel):
+    model_config = _LENIENT
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: dict[str, Any] | None = None
+
+
+class SamplingFields(BaseModel):
+    """Fields shared by chat and legacy completions, including vLLM's extensions."""
+
+    model_config = _LENIENT
+
+    model: str = Field(min_length=1)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    n: int = Field(default=1, ge=1, le=128)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    stop: str | list[str] | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+    presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    logit_bias: dict[str, float] | None = None
+    seed: int | None = None
+    user: str | None = None
+    # vLLM extensions (sent by clients through extra_body)
+    top_k: int | None = Field(default=None, ge=-1)
+    min_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    repetition_penalty: float | None = Field(default=None, gt=0.0, le=10.0)
+    min_tokens: int | None = Field(default=None, ge=0)
+    ignore_eos: bool | None = None
+    stop_token_ids: list[int] | None = None
+    skip_special_tokens: bool | None = None
+    include_stop_str_in_output: bool = False
+
+    @field_validator("stop")
+    @classmethod
+    def _stop_list(cls, value: str | list[str] | None) -> str | list[str] | None:
+        if isinstance(value, list) and len(value) > 16:
+            raise ValueError("at most 16 stop sequences are allowed")
+        return value
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _bias_range(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        for token, bias in (value or {}).items():
+            if not token.lstrip("-").isdigit():
+                raise ValueError(f"logit_bias keys must be token ids, got {token!r}")
+            if not -100.0 <= bias <= 100.0:
+                raise ValueError("logit_bias values must be between -100 and 100")
+        return value
+
+
+class ChatCompletionRequest(SamplingFields):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    response_format: ResponseFormat | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Any = None
+    # vLLM extensions
+    chat_template_kwargs: dict[str, Any] | None = None
+    add_generation_prompt: bool = True
+
+
+class CompletionRequest(SamplingFields):
+    prompt: str | list[str] | list[int] | list[list[int]]
+    echo: bool = False
+    logprobs: int | None = Field(default=None, ge=0, le=20)
+    suffix: str | None = None
+    best_of: int | None = Field(default=None, ge=1)

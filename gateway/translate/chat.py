@@ -1,0 +1,87 @@
+"""Chat completion requests → the prompt and the ``GenerationRequest``. Pure.
+
+Every 4xx decision about a chat request's content is made here, before anything reaches Triton.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.backend.types import GenerationRequest
+from gateway.errors import InvalidRequestError
+from gateway.schemas import ChatCompletionRequest, ChatMessage, TextContentPart
+from gateway.translate.models import ResolvedModel
+from gateway.translate.sampling import to_sampling_params
+
+
+def message_text(message: ChatMessage, index: int) -> str | None:
+    """A message's content as one string: text parts joined with newlines (as vLLM does)."""
+    content = message.content
+    if content is None or isinstance(content, str):
+        return content
+    texts = []
+    for part in content:
+        if not isinstance(part, TextContentPart):
+            raise InvalidRequestError(
+                f"content parts of type '{part.type}' are not supported: this model takes text only",
+                param=f"messages.{index}.content",
+            )
+        texts.append(part.text)
+    return "\n".join(texts)
+
+
+def to_template_messages(request: ChatCompletionRequest) -> list[dict[str, Any]]:
+    messages = []
+    for index, message in enumerate(request.messages):
+        item: dict[str, Any] = {"role": message.role, "content": message_text(message, index)}
+        if message.name is not None:
+            item["name"] = message.name
+        if message.tool_calls is not None:
+            item["tool_calls"] = message.tool_calls
+        if message.tool_call_id is not None:
+            item["tool_call_id"] = message.tool_call_id
+        messages.append(item)
+    return messages
+
+
+def render_chat_prompt(request: ChatCompletionRequest, resolved: ResolvedModel) -> str:
+    template = resolved.model.template
+    if template is None:
+        raise InvalidRequestError(
+            f"The model '{resolved.model.name}' has no chat template the gateway can find; "
+            "use /v1/completions or configure the model's tokenizer directory.",
+            param="model",
+        )
+    if request.tools:
+        raise InvalidRequestError("tool calling is not supported by this gateway yet", param="tools")
+    return template.render(
+        to_template_messages(request),
+        add_generation_prompt=request.add_generation_prompt,
+        extra=request.chat_template_kwargs,
+    )
+
+
+def chat_max_tokens(request: ChatCompletionRequest) -> int | None:
+    """``max_completion_tokens`` wins over the deprecated ``max_tokens``."""
+    return request.max_completion_tokens or request.max_tokens
+
+
+def to_generation_request(
+    request: ChatCompletionRequest,
+    resolved: ResolvedModel,
+    *,
+    request_id: str,
+    prompt: str,
+    max_tokens: int,
+    timeout: float | None,
+) -> GenerationRequest:
+    logprobs = (request.top_logprobs or 0) if request.logprobs else None
+    return GenerationRequest(
+        request_id=request_id,
+        model=resolved.model.name,
+        prompt=prompt,
+        sampling=to_sampling_params(request, max_tokens=max_tokens, adapter=resolved.adapter, logprobs=logprobs),
+        stream=request.stream,
+        return_logprobs=logprobs is not None,
+        timeout=timeout,
+    )

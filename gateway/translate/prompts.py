@@ -1,0 +1,153 @@
+"""Chat templates: render a conversation into the prompt text the model was trained on.
+
+The gateway renders templates itself (jinja2 only, no transformers at run time) and must produce
+exactly what ``transformers``' ``apply_chat_template`` would: same sandboxed environment, same
+whitespace options, same globals (``raise_exception``, ``strftime_now``), same ``tojson`` filter,
+the tokenizer's special tokens as variables. A unit test compares the two on the shipped model.
+
+Loading reads files, so it happens once per model when the catalog is built, not per request.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import jinja2.ext
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from gateway.errors import InvalidRequestError
+
+_SPECIAL_TOKEN_KEYS = (
+    "bos_token",
+    "eos_token",
+    "unk_token",
+    "sep_token",
+    "pad_token",
+    "cls_token",
+    "mask_token",
+)
+
+
+class TemplateError(InvalidRequestError):
+    """The chat template refused the conversation (its own ``raise_exception``)."""
+
+
+class _GenerationTag(jinja2.ext.Extension):
+    """Accept ``{% generation %}...{% endgeneration %}`` (used by some HF templates to mark
+    assistant tokens for training masks): renders the body unchanged."""
+
+    tags = {"generation"}
+
+    def parse(self, parser: jinja2.parser.Parser) -> jinja2.nodes.Node:
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return jinja2.nodes.Scope(body, lineno=lineno)
+
+
+def _raise_exception(message: str) -> None:
+    raise TemplateError(f"the model's chat template rejected the messages: {message}", param="messages")
+
+
+def _tojson(
+    value: Any,
+    ensure_ascii: bool = False,
+    indent: int | None = None,
+    separators: tuple[str, str] | None = None,
+    sort_keys: bool = False,
+) -> str:
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+def _strftime_now(format: str) -> str:  # noqa: A002 - the name templates use
+    return datetime.now().strftime(format)
+
+
+def _environment() -> ImmutableSandboxedEnvironment:
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[_GenerationTag, jinja2.ext.loopcontrols]
+    )
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    return env
+
+
+def _token_text(value: Any) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping) and isinstance(value.get("content"), str):
+        return value["content"]
+    return None
+
+
+class ChatTemplate:
+    """A compiled chat template plus the special-token variables it may use."""
+
+    def __init__(self, source: str, special_tokens: Mapping[str, Any] | None = None) -> None:
+        self.source = source
+        self._template = _environment().from_string(source)
+        self._special_tokens = dict(special_tokens or {})
+
+    @property
+    def bos_token(self) -> str | None:
+        return self._special_tokens.get("bos_token")
+
+    @classmethod
+    def from_directory(cls, directory: Path) -> ChatTemplate | None:
+        """Read a Hugging Face tokenizer directory: ``chat_template.jinja`` (transformers 5) or
+        ``tokenizer_config.json``'s ``chat_template`` (older saves). None if it has neither."""
+        config: dict[str, Any] = {}
+        config_path = directory / "tokenizer_config.json"
+        if config_path.is_file():
+            config = json.loads(config_path.read_text(encoding="utf-8"))
+        source: str | None = None
+        jinja_path = directory / "chat_template.jinja"
+        if jinja_path.is_file():
+            source = jinja_path.read_text(encoding="utf-8")
+        else:
+            source = _template_from_config(config.get("chat_template"))
+        if source is None:
+            return None
+        tokens: dict[str, Any] = {}
+        map_path = directory / "special_tokens_map.json"
+        if map_path.is_file():
+            tokens.update(json.loads(map_path.read_text(encoding="utf-8")))
+        tokens.update({k: config[k] for k in _SPECIAL_TOKEN_KEYS if config.get(k) is not None})
+        special = {k: _token_text(tokens.get(k)) for k in _SPECIAL_TOKEN_KEYS if _token_text(tokens.get(k))}
+        extra = config.get("additional_special_tokens") or tokens.get("additional_special_tokens")
+        if isinstance(extra, list):
+            special["additional_special_tokens"] = [t for t in (_token_text(e) for e in extra) if t]
+        return cls(source, special)
+
+    def render(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        add_generation_prompt: bool = True,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> str:
+        variables: dict[str, Any] = dict(self._special_tokens)
+        variables.update(extra or {})
+        variables.update(messages=list(messages), tools=tools, add_generation_prompt=add_generation_prompt)
+        try:
+            return self._template.render(**variables)
+        except TemplateError:
+            raise
+        except jinja2.TemplateError as exc:
+            raise InvalidRequestError(f"the chat template failed on these messages: {exc}", param="messages") from exc
+
+
+def _template_from_config(value: Any) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):  # named templates: [{"name": "default", "template": "..."}]
+        named = {item.get("name"): item.get("template") for item in value if isinstance(item, Mapping)}
+        default = named.get("default")
+        return default if isinstance(default, str) else None
+    return None

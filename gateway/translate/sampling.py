@@ -1,0 +1,103 @@
+"""OpenAI/vLLM request fields → vLLM ``SamplingParams`` JSON, the backend contract. Pure.
+
+Only fields the client set are sent, so the backend's own defaults apply otherwise, with one
+exception: ``max_tokens`` is always sent (vLLM's default of 16 would silently truncate). Values are
+real JSON types: the vLLM backend coerces strings with ``bool("false") == True``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from gateway.errors import ContextLengthExceededError
+from gateway.schemas import ChatCompletionRequest, SamplingFields
+
+# request field → SamplingParams field, copied when set (not None).
+_PASS_THROUGH = (
+    "temperature",
+    "top_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "seed",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "min_tokens",
+    "ignore_eos",
+    "stop_token_ids",
+    "skip_special_tokens",
+)
+
+
+def stop_list(stop: str | list[str] | None) -> list[str]:
+    if stop is None:
+        return []
+    return [stop] if isinstance(stop, str) else [s for s in stop if s]
+
+
+def to_sampling_params(
+    request: SamplingFields,
+    *,
+    max_tokens: int,
+    adapter: str | None,
+    logprobs: int | None = None,
+) -> dict[str, Any]:
+    params: dict[str, Any] = {"max_tokens": max_tokens, "n": request.n}
+    for name in _PASS_THROUGH:
+        value = getattr(request, name)
+        if value is not None:
+            params[name] = value
+    stops = stop_list(request.stop)
+    if stops:
+        params["stop"] = stops
+    if request.include_stop_str_in_output:
+        params["include_stop_str_in_output"] = True
+    if request.logit_bias:
+        params["logit_bias"] = {str(int(k)): float(v) for k, v in request.logit_bias.items()}
+    if logprobs is not None:
+        params["logprobs"] = logprobs
+    if adapter is not None:
+        params["lora_name"] = adapter
+    if isinstance(request, ChatCompletionRequest) and request.response_format is not None:
+        structured = structured_outputs(request)
+        if structured is not None:
+            params["structured_outputs"] = structured
+    return params
+
+
+def structured_outputs(request: ChatCompletionRequest) -> str | None:
+    """``response_format`` → the backend's ``structured_outputs`` (a JSON *string*), or None."""
+    fmt = request.response_format
+    if fmt is None or fmt.type == "text":
+        return None
+    if fmt.type == "json_object":
+        return json.dumps({"json_object": True})
+    schema = (fmt.json_schema or {}).get("schema", {})
+    return json.dumps({"json": schema})
+
+
+def resolve_max_tokens(
+    requested: int | None,
+    *,
+    prompt_tokens: int | None,
+    max_model_len: int | None,
+    fallback: int,
+) -> int:
+    """How many tokens to ask for: what was requested, else all the room the context leaves.
+
+    Raises ``ContextLengthExceededError`` when the prompt, or the prompt plus the request, does not
+    fit, with OpenAI's wording so clients that parse it keep working.
+    """
+    if max_model_len is None or prompt_tokens is None:
+        return requested if requested is not None else fallback
+    room = max_model_len - prompt_tokens
+    if room <= 0 or (requested is not None and requested > room):
+        asked = requested if requested is not None else 1
+        raise ContextLengthExceededError(
+            f"This model's maximum context length is {max_model_len} tokens. However, you requested "
+            f"{prompt_tokens + asked} tokens ({prompt_tokens} in the messages, {asked} in the completion). "
+            "Please reduce the length of the messages or completion.",
+            param="messages",
+        )
+    return requested if requested is not None else room
