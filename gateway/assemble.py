@@ -51,13 +51,21 @@ class Usage:
 
 
 def find_stop(text: str, stops: Sequence[str]) -> tuple[int, str] | None:
-    """Earliest occurrence of any stop string in ``text``: (position, stop)."""
-    best: tuple[int, str] | None = None
+    """The stop string that completes first in ``text``: (position, stop).
+
+    "First" means the earliest *end*, ties going to the earliest start: that is the stop a
+    token-by-token engine would have hit first, and it makes the result independent of how the
+    text was chunked (the earliest *start* is not: "bc" inside "abcd" ends before "abcd" does).
+    """
+    best: tuple[int, int, str] | None = None
     for stop in stops:
         position = text.find(stop)
-        if position != -1 and (best is None or position < best[0]):
-            best = (position, stop)
-    return best
+        if position == -1:
+            continue
+        candidate = (position + len(stop), position, stop)
+        if best is None or candidate[:2] < best[:2]:
+            best = candidate
+    return None if best is None else (best[1], best[2])
 
 
 def partial_stop_length(text: str, stops: Sequence[str]) -> int:

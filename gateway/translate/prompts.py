@@ -3,7 +3,8 @@
 The gateway renders templates itself (jinja2 only, no transformers at run time) and must produce
 exactly what ``transformers``' ``apply_chat_template`` would: same sandboxed environment, same
 whitespace options, same globals (``raise_exception``, ``strftime_now``), same ``tojson`` filter,
-the tokenizer's special tokens as variables. A unit test compares the two on the shipped model.
+the tokenizer's named special tokens (``bos_token``, ``eos_token``, ...) as variables, as
+transformers 5 passes them (extra special tokens are not passed). A unit test compares the two on the shipped model.
 
 Loading reads files, so it happens once per model when the catalog is built, not per request.
 """
@@ -119,9 +120,6 @@ class ChatTemplate:
             tokens.update(json.loads(map_path.read_text(encoding="utf-8")))
         tokens.update({k: config[k] for k in _SPECIAL_TOKEN_KEYS if config.get(k) is not None})
         special = {k: _token_text(tokens.get(k)) for k in _SPECIAL_TOKEN_KEYS if _token_text(tokens.get(k))}
-        extra = config.get("additional_special_tokens") or tokens.get("additional_special_tokens")
-        if isinstance(extra, list):
-            special["additional_special_tokens"] = [t for t in (_token_text(e) for e in extra) if t]
         return cls(source, special)
 
     def render(

@@ -1,0 +1,70 @@
+"""An in-memory backend for unit tests of the HTTP edge: replays scripted chunks, records what it
+was asked and whether the generation was closed early (what cancels a real Triton call)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+
+from gateway.backend.types import BackendModel, GenerationChunk, GenerationRequest
+from gateway.errors import GatewayError
+
+
+@dataclass
+class ScriptedBackend:
+    chunks: Sequence[GenerationChunk | GatewayError] = ()
+    delay: float = 0.0
+    models: tuple[str, ...] = ("m",)
+    ready: bool = True
+    requests: list[GenerationRequest] = field(default_factory=list)
+    closed_early: int = 0
+    finished: int = 0
+
+    async def start(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
+    async def server_ready(self) -> bool:
+        return self.ready
+
+    async def model_ready(self, name: str) -> bool:
+        return self.ready and name in self.models
+
+    async def list_models(self) -> list[BackendModel]:
+        return [BackendModel(name=m) for m in self.models]
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
+        self.requests.append(request)
+        completed = False
+        try:
+            for item in self.chunks:
+                if self.delay:
+                    await asyncio.sleep(self.delay)
+                if isinstance(item, GatewayError):
+                    raise item
+                yield item
+            completed = True
+        finally:
+            if completed:
+                self.finished += 1
+            else:
+                self.closed_early += 1
+
+
+def text_chunks(*pieces: bytes, reason: str = "stop", prompt_tokens: int = 3) -> list[GenerationChunk]:
+    out = []
+    for position, piece in enumerate(pieces):
+        last = position == len(pieces) - 1
+        out.append(
+            GenerationChunk(
+                text=(piece,),
+                finish_reason=(reason if last else None,),
+                num_input_tokens=prompt_tokens,
+                num_output_tokens=(1,),
+                final=last,
+            )
+        )
+    return out

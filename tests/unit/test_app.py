@@ -1,0 +1,203 @@
+"""The HTTP edge against an in-memory backend: error shapes, SSE framing, cancellation on stop."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gateway.app import create_app
+from gateway.config import Settings
+from gateway.errors import BackendUnavailableError, InvalidRequestError
+from tests.fakes import ScriptedBackend, text_chunks
+
+pytestmark = pytest.mark.anyio
+
+WEIGHTS = Path(__file__).resolve().parents[2] / "triton_models" / "weights" / "tiny-llm"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def make_repo(tmp_path: Path, name: str = "m", adapters: tuple[str, ...] = ()) -> Path:
+    version = tmp_path / name / "1"
+    version.mkdir(parents=True, exist_ok=True)
+    (version / "model.json").write_text(json.dumps({"model": str(WEIGHTS), "max_model_len": 64}))
+    (version / "multi_lora.json").write_text(json.dumps({a: f"/adapters/{a}" for a in adapters}))
+    return tmp_path
+
+
+async def call(backend: ScriptedBackend, repo: Path, method: str, path: str, **kwargs: object) -> httpx.Response:
+    app = create_app(Settings(model_repository=repo, first_response_wait=1.0), backend=backend)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            return await client.request(method, path, **kwargs)  # type: ignore[arg-type]
+
+
+def chat(**extra: object) -> dict[str, object]:
+    return {"model": "m", "messages": [{"role": "user", "content": "hi"}], **extra}
+
+
+def sse_events(body: str) -> list[str]:
+    assert body.endswith("\n\n")
+    events = [e for e in body.split("\n\n") if e]
+    for event in events:
+        for line in event.split("\n"):
+            assert line.startswith("data: ") or line.startswith(":"), line
+    return [e[len("data: ") :] for e in events if e.startswith("data: ")]
+
+
+async def test_stream_frames_role_content_finish_done(tmp_path: Path) -> None:
+    backend = ScriptedBackend(text_chunks(b"he", b"llo", reason="length"))
+    response = await call(backend, make_repo(tmp_path), "POST", "/v1/chat/completions", json=chat(stream=True, max_tokens=2))
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/event-stream")
+    events = sse_events(response.text)
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == "hello"
+    assert chunks[-1]["choices"][0] == {"index": 0, "delta": {}, "logprobs": None, "finish_reason": "length"}
+    assert all(c["choices"][0]["finish_reason"] is None for c in chunks[:-1])
+    assert backend.requests[0].sampling["max_tokens"] == 2
+
+
+async def test_include_usage_adds_one_last_chunk_and_nulls_elsewhere(tmp_path: Path) -> None:
+    backend = ScriptedBackend(text_chunks(b"a", b"b", prompt_tokens=7))
+    response = await call(
+        backend, make_repo(tmp_path), "POST", "/v1/chat/completions",
+        json=chat(stream=True, stream_options={"include_usage": True}),
+    )
+    chunks = [json.loads(e) for e in sse_events(response.text)[:-1]]
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == {"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9}
+    assert all(c["usage"] is None for c in chunks[:-1])
+
+
+async def test_stop_string_ends_stream_and_closes_backend_early(tmp_path: Path) -> None:
+    backend = ScriptedBackend(text_chunks(b"ab", b"cE", b"ND", b"more", b"more", reason="length"))
+    response = await call(backend, make_repo(tmp_path), "POST", "/v1/chat/completions", json=chat(stream=True, stop="END"))
+    chunks = [json.loads(e) for e in sse_events(response.text)[:-1]]
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == "abc"
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+    assert backend.closed_early == 1 and backend.finished == 0
+
+
+async def test_error_before_first_response_gets_a_status_code(tmp_path: Path) -> None:
+    backend = ScriptedBackend([BackendUnavailableError("Triton is down", headers={"Retry-After": "1"})])
+    response = await call(backend, make_repo(tmp_path), "POST", "/v1/chat/completions", json=chat(stream=True))
+    assert response.status_code == 503
+    assert response.headers["retry-after"] == "1"
+    assert response.json()["error"]["message"] == "Triton is down"
+
+
+async def test_error_mid_stream_is_one_error_event_then_end(tmp_path: Path) -> None:
+    backend = ScriptedBackend([*text_chunks(b"a", b"b")[:1], InvalidRequestError("boom")])
+    response = await call(backend, make_repo(tmp_path), "POST", "/v1/chat/completions", json=chat(stream=True))
+    events = sse_events(response.text)
+    assert json.loads(events[-1]) == {"error": {"message": "boom", "type": "invalid_request_error", "param": None, "code": None}}
+    assert "[DONE]" not in events
+
+
+async def test_non_streaming_response_has_usage_and_finish_reason(tmp_path: Path) -> None:
+    backend = ScriptedBackend(text_chunks(b"\xf0\x9f", b"\x99\x82!", reason="stop", prompt_tokens=4))
+    response = await call(backend, make_repo(tmp_path), "POST", "/v1/chat/completions", json=chat())
+    body = response.json()
+    assert body["object"] == "chat.completion"
+    assert body["choices"][0]["message"]["content"] == "🙂!"
+    assert body["choices"][0]["finish_reason"] == "stop"
+    assert body["usage"] == {"prompt_tokens": 4, "completion_tokens": 2, "total_tokens": 6}
+
+
+@pytest.mark.parametrize(
+    ("payload", "param"),
+    [
+        ({"messages": [{"role": "user", "content": "x"}]}, "model"),
+        (chat(temperature=5), "temperature"),
+        (chat(n=0), "n"),
+        (chat(messages=[]), "messages"),
+        (chat(messages=[{"role": "wizard", "content": "x"}]), "messages.0.role"),
+        (chat(logit_bias={"abc": 1}), "logit_bias"),
+        (chat(max_tokens=0), "max_tokens"),
+    ],
+)
+async def test_invalid_fields_are_400_naming_the_param(tmp_path: Path, payload: dict[str, object], param: str) -> None:
+    response = await call(ScriptedBackend(), make_repo(tmp_path), "POST", "/v1/chat/completions", json=payload)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["param"] == param
+    assert set(error) == {"message", "type", "param", "code"}
+
+
+async def test_unknown_fields_are_ignored_not_422(tmp_path: Path) -> None:
+    backend = ScriptedBackend(text_chunks(b"ok"))
+    response = await call(backend, make_repo(tmp_path), "POST", "/v1/chat/completions",
+                          json=chat(store=True, metadata={"a": "b"}, some_future_field=[1, 2]))
+    assert response.status_code == 200
+
+
+async def test_malformed_json_is_400(tmp_path: Path) -> None:
+    response = await call(ScriptedBackend(), make_repo(tmp_path), "POST", "/v1/chat/completions",
+                          content=b"{not json", headers={"content-type": "application/json"})
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid_json"
+
+
+async def test_unknown_route_is_openai_shaped_404(tmp_path: Path) -> None:
+    response = await call(ScriptedBackend(), make_repo(tmp_path), "GET", "/v1/nope")
+    assert response.status_code == 404
+    assert response.json()["error"]["type"] == "invalid_request_error"
+
+
+async def test_models_list_adapters_with_parent(tmp_path: Path) -> None:
+    response = await call(ScriptedBackend(), make_repo(tmp_path, adapters=("x", "y")), "GET", "/v1/models")
+    data = {m["id"]: m for m in response.json()["data"]}
+    assert set(data) == {"m", "m:x", "m:y"}
+    assert data["m:x"]["parent"] == "m" and data["m"]["parent"] is None
+
+
+async def test_adapter_model_id_sends_lora_name(tmp_path: Path) -> None:
+    backend = ScriptedBackend(text_chunks(b"ok"))
+    await call(backend, make_repo(tmp_path, adapters=("x",)), "POST", "/v1/chat/completions", json=chat(model="m:x"))
+    await call(backend, make_repo(tmp_path / "b", adapters=("x",)), "POST", "/v1/chat/completions", json=chat(model="x"))
+    assert [r.sampling.get("lora_name") for r in backend.requests] == ["x", "x"]
+    assert all(r.model == "m" for r in backend.requests)
+
+
+async def test_unknown_adapter_is_404_model_not_found(tmp_path: Path) -> None:
+    response = await call(ScriptedBackend(), make_repo(tmp_path, adapters=("x",)), "POST", "/v1/chat/completions",
+                          json=chat(model="m:zzz"))
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "model_not_found"
+
+
+async def test_prompt_over_context_is_400_context_length_exceeded(tmp_path: Path) -> None:
+    response = await call(ScriptedBackend(), make_repo(tmp_path), "POST", "/v1/chat/completions",
+                          json=chat(messages=[{"role": "user", "content": "word " * 200}]))
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "context_length_exceeded"
+
+
+async def test_default_max_tokens_is_the_room_left_in_context(tmp_path: Path) -> None:
+    backend = ScriptedBackend(text_chunks(b"ok"))
+    await call(backend, make_repo(tmp_path), "POST", "/v1/chat/completions", json=chat())
+    sent = backend.requests[0].sampling["max_tokens"]
+    assert 0 < sent < 64
+
+
+async def test_request_id_is_echoed_and_sent_to_backend(tmp_path: Path) -> None:
+    backend = ScriptedBackend(text_chunks(b"ok"))
+    response = await call(backend, make_repo(tmp_path), "POST", "/v1/chat/completions", json=chat(),
+                          headers={"X-Request-Id": "abc-123"})
+    assert response.headers["x-request-id"] == "abc-123"
+    assert backend.requests[0].request_id == "abc-123"
+
+
+async def test_readiness_reflects_backend(tmp_path: Path) -> None:
+    assert (await call(ScriptedBackend(), make_repo(tmp_path), "GET", "/health/ready")).status_code == 200
+    down = await call(ScriptedBackend(ready=False), make_repo(tmp_path), "GET", "/health/ready")
+    assert down.status_code == 503 and down.json()["error"]["type"] == "service_unavailable"

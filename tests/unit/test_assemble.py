@@ -1,0 +1,126 @@
+"""Stream assembly: stop strings, UTF-8, finish reasons and usage, for any chunking."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.assemble import GenerationAssembler, find_stop, partial_stop_length
+from gateway.backend.types import GenerationChunk
+from gateway.errors import BackendError
+
+
+def reference_cut(text: str, stops: list[str], include: bool) -> tuple[str, bool]:
+    """What a token-by-token engine would show: cut at the first stop to complete."""
+    for end in range(1, len(text) + 1):
+        window = text[:end]
+        hits = [(window.find(s), s) for s in stops if s and window.endswith(s)]
+        if hits:
+            start, stop = min(hits)
+            return (text[: start + len(stop)] if include else text[:start]), True
+    return text, False
+
+
+def split_bytes(data: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
+    return [data[a:b] for a, b in zip(points, points[1:])] or [b""]
+
+
+def run(pieces: list[bytes], stops: list[str], include: bool, backend_reason: str = "length") -> tuple[str, str | None, int]:
+    assembler = GenerationAssembler(1, stops=stops, include_stop=include, max_tokens=None)
+    out = []
+    for position, piece in enumerate(pieces):
+        last = position == len(pieces) - 1
+        chunk = GenerationChunk(
+            text=(piece,),
+            finish_reason=(backend_reason if last else None,),
+            num_input_tokens=5,
+            num_output_tokens=(1,),
+            final=last,
+        )
+        for event in assembler.feed(chunk):
+            out.append(event.text)
+        if assembler.done:
+            break
+    return "".join(out), assembler.choices[0].finish_reason, assembler.usage.completion_tokens
+
+
+alphabet = st.sampled_from(list("ab xé€🙂\n"))
+texts = st.text(alphabet=alphabet, max_size=40)
+stop_lists = st.lists(st.text(alphabet=alphabet, min_size=1, max_size=4), max_size=3)
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=texts, stops=stop_lists, cuts=st.lists(st.integers(0, 200), max_size=12), include=st.booleans())
+def test_stream_equals_reference_cut_for_any_chunking(text: str, stops: list[str], cuts: list[int], include: bool) -> None:
+    pieces = split_bytes(text.encode("utf-8"), cuts)
+    streamed, reason, _ = run(pieces, stops, include)
+    expected, stopped = reference_cut(text, stops, include)
+    assert streamed == expected
+    assert "\ufffd" not in streamed
+    assert reason == ("stop" if stopped else "length")
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=texts, stops=stop_lists, cuts=st.lists(st.integers(0, 200), max_size=12))
+def test_no_chunk_ever_shows_part_of_a_matched_stop(text: str, stops: list[str], cuts: list[int]) -> None:
+    pieces = split_bytes(text.encode("utf-8"), cuts)
+    streamed, reason, _ = run(pieces, stops, include=False)
+    if reason == "stop":
+        expected, _ = reference_cut(text, stops, False)
+        # everything emitted is a prefix of the cut text: nothing past the stop's start leaked
+        assert expected.startswith(streamed) and streamed == expected
+
+
+def test_stop_string_split_across_chunks_never_leaks() -> None:
+    streamed, reason, _ = run([b"hello wo", b"rld STO", b"P tail"], ["STOP"], include=False, backend_reason="length")
+    assert (streamed, reason) == ("hello world ", "stop")
+
+
+def test_split_utf8_character_is_joined_not_replaced() -> None:
+    data = "a🙂b".encode()
+    streamed, reason, _ = run([data[:2], data[2:4], data[4:]], [], include=False, backend_reason="stop")
+    assert (streamed, reason) == ("a🙂b", "stop")
+
+
+def test_usage_sums_output_deltas_and_keeps_last_input_count() -> None:
+    _, _, completion = run([b"a", b"b", b"c"], [], include=False)
+    assert completion == 3
+
+
+def test_finish_inferred_from_token_cap_when_backend_gives_none() -> None:
+    assembler = GenerationAssembler(1, max_tokens=2)
+    assembler.feed(GenerationChunk(text=(b"x",), finish_reason=(None,), num_output_tokens=(1,)))
+    events = assembler.feed(GenerationChunk(text=(b"y",), finish_reason=(None,), num_output_tokens=(1,), final=True))
+    assert events[-1].finish_reason == "length"
+
+
+def test_n_choices_finish_independently() -> None:
+    assembler = GenerationAssembler(2, stops=["!"])
+    events = assembler.feed(GenerationChunk(text=(b"a!", b"b"), finish_reason=(None, None), num_output_tokens=(1, 1)))
+    assert [(e.index, e.text, e.finish_reason) for e in events] == [(0, "a", "stop"), (1, "b", None)]
+    events = assembler.feed(GenerationChunk(text=(b"zz", b"c"), finish_reason=("length", "length"), num_output_tokens=(1, 1), final=True))
+    assert [(e.index, e.text, e.finish_reason) for e in events] == [(1, "c", "length")]
+    assert assembler.done
+
+
+def test_backend_abort_is_an_error() -> None:
+    assembler = GenerationAssembler(1)
+    with pytest.raises(BackendError):
+        assembler.feed(GenerationChunk(text=(b"",), finish_reason=("abort",)))
+
+
+def test_more_sequences_than_asked_is_an_error() -> None:
+    with pytest.raises(BackendError):
+        GenerationAssembler(1).feed(GenerationChunk(text=(b"a", b"b"), finish_reason=(None, None)))
+
+
+def test_find_stop_prefers_the_stop_that_completes_first() -> None:
+    assert find_stop("abcd", ["abcd", "bc"]) == (1, "bc")
+    assert find_stop("xx", ["y"]) is None
+
+
+def test_partial_stop_length_is_longest_suffix_prefix() -> None:
+    assert partial_stop_length("hello ST", ["STOP", "T"]) == 2
+    assert partial_stop_length("hello", ["STOP"]) == 0
