@@ -25,7 +25,7 @@ from gateway.backend.types import Backend
 from gateway.catalog import ModelCatalog
 from gateway.config import Settings
 from gateway.errors import GatewayError, InvalidRequestError, error_body
-from gateway.routes import chat, health, models
+from gateway.routes import chat, completions, health, models
 from gateway.routes.common import ClientDisconnected, JSONBytesResponse
 from gateway.service import CompletionService
 
@@ -144,5 +144,6 @@ def create_app(settings: Settings, backend: Backend | None = None) -> FastAPI:
     app.include_router(health.router)
     app.include_router(models.router)
     app.include_router(chat.router)
+    app.include_router(completions.router)
     app.add_middleware(RequestIdMiddleware)
     return app

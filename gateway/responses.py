@@ -65,18 +65,17 @@ class ChunkEncoder:
             self._chunk(self._choice(i, b'{"role":"assistant","content":""}', None, None), usage) for i in range(n)
         )
 
-    def events(self, events: Sequence[ChoiceEvent], usage: Usage | None, logprobs: Sequence[Any] | None = None) -> bytes:
+    def events(self, events: Sequence[ChoiceEvent], usage: Usage | None) -> bytes:
         """Frames for one batch of events: content first, then a separate finish chunk (as OpenAI
         does: the last chunk of a choice has an empty delta and the finish reason)."""
         out = []
-        for position, event in enumerate(events):
-            lp = logprobs[position] if logprobs is not None else None
-            if event.text or lp is not None:
+        for event in events:
+            if event.text or event.logprobs is not None:
                 if self._chat:
                     delta = b'{"content":' + orjson.dumps(event.text) + b"}"
                 else:
                     delta = orjson.dumps(event.text)
-                out.append(self._chunk(self._choice(event.index, delta, None, lp), usage))
+                out.append(self._chunk(self._choice(event.index, delta, None, event.logprobs), usage))
             if event.finish_reason is not None:
                 delta = b"{}" if self._chat else b'""'
                 out.append(self._chunk(self._choice(event.index, delta, event.finish_reason, None), usage))

@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 import urllib.error
@@ -66,6 +67,19 @@ class TritonInstallation:
             if not path.exists():
                 raise TritonLaunchError(f"nvidia-pytriton is incomplete: {path} is missing")
         return found
+
+
+def _libpython_dirs() -> list[str]:
+    """The running interpreter's shared libpython, if it has one.
+
+    The stub links ``libpython3.X.so.1.0`` by name; without this the loader may pick the
+    distribution's copy (another patch release) while the stdlib comes from the running
+    interpreter, and C extensions such as ``_ssl`` then fail with undefined symbols.
+    """
+    libdir = sysconfig.get_config_var("LIBDIR")
+    if libdir and sysconfig.get_config_var("Py_ENABLE_SHARED") and Path(libdir).is_dir():
+        return [str(libdir)]
+    return []
 
 
 def free_port() -> int:
@@ -129,7 +143,7 @@ class TritonServer:
         ]
         env = dict(os.environ)
         env["LD_LIBRARY_PATH"] = os.pathsep.join(
-            p for p in (str(install.libs), env.get("LD_LIBRARY_PATH", "")) if p
+            p for p in (*_libpython_dirs(), str(install.libs), env.get("LD_LIBRARY_PATH", "")) if p
         )
         env["PATH"] = os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", "")))
         env["PYTHONPATH"] = os.pathsep.join(
