@@ -71,6 +71,8 @@ _STATUS_ERRORS: dict[grpc.StatusCode, type[GatewayError]] = {
 
 def classify_stream_error(message: str) -> GatewayError:
     """Map an error message sent inside the stream to a typed error."""
+    if re.search(r"structured output|guided decoding", message, re.I):
+        return InvalidRequestError(message, param="response_format")
     for pattern, error_type in _ERROR_PATTERNS:
         if pattern.search(message):
             return error_type(message, param="model" if error_type is ModelNotFoundError else None)
