@@ -12,9 +12,12 @@ import re
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
+import grpc
 from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
@@ -25,7 +28,11 @@ from gateway.backend.types import Backend
 from gateway.catalog import ModelCatalog
 from gateway.config import Settings
 from gateway.errors import GatewayError, InvalidRequestError, error_body
-from gateway.routes import chat, completions, health, models
+from gateway.admission import Admission
+from gateway.logs import request_id_var
+from gateway.metrics import Metrics
+from gateway.routes import chat, completions, health, metrics, models
+from gateway.security import ApiKeyMiddleware, BodySizeLimitMiddleware
 from gateway.routes.common import ClientDisconnected, JSONBytesResponse
 from gateway.service import CompletionService
 
@@ -53,6 +60,7 @@ class RequestIdMiddleware:
                 break
         request_id = incoming if _REQUEST_ID_OK.match(incoming) else uuid.uuid4().hex
         scope.setdefault("state", {})["request_id"] = request_id
+        request_id_var.set(request_id)
         header = (b"x-request-id", request_id.encode("latin-1"))
 
         async def send_with_id(message: Message) -> None:
@@ -117,11 +125,28 @@ async def _unexpected_error(request: Request, exc: Exception) -> JSONBytesRespon
     return _json_error(GatewayError("The server had an error while processing your request."))
 
 
+def triton_credentials(settings: Settings) -> grpc.ChannelCredentials | None:
+    if not settings.triton_ssl:
+        return None
+
+    def read(path: Path | None) -> bytes | None:
+        return path.read_bytes() if path is not None else None
+
+    return grpc.ssl_channel_credentials(
+        root_certificates=read(settings.triton_ssl_root_certs),
+        private_key=read(settings.triton_ssl_client_key),
+        certificate_chain=read(settings.triton_ssl_client_cert),
+    )
+
+
 def create_app(settings: Settings, backend: Backend | None = None) -> FastAPI:
     """Build the app. ``backend`` defaults to a ``TritonBackend`` on ``settings.triton_url``."""
-    the_backend: Backend = backend or TritonBackend(settings.triton_url, keepalive_ms=settings.grpc_keepalive_ms)
+    the_backend: Backend = backend or TritonBackend(
+        settings.triton_url, keepalive_ms=settings.grpc_keepalive_ms, credentials=triton_credentials(settings)
+    )
     catalog = ModelCatalog(the_backend, settings.model_repository, settings.model_refresh_interval)
-    service = CompletionService(the_backend, catalog, settings)
+    admission = Admission(settings.max_concurrent_requests, settings.max_queue_size, settings.queue_timeout)
+    service = CompletionService(the_backend, catalog, settings, admission, Metrics(admission))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -145,5 +170,21 @@ def create_app(settings: Settings, backend: Backend | None = None) -> FastAPI:
     app.include_router(models.router)
     app.include_router(chat.router)
     app.include_router(completions.router)
+    if settings.metrics_enabled:
+        app.include_router(metrics.router)
+    # Middleware runs outermost-last-added: request id → CORS → auth → body limit → app.
+    app.add_middleware(BodySizeLimitMiddleware, limit=settings.max_body_bytes)
+    keys = settings.load_api_keys()
+    if keys:
+        app.add_middleware(ApiKeyMiddleware, keys=keys, protect_metrics=settings.metrics_require_auth)
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST", "OPTIONS"],
+            allow_headers=["*"],
+            expose_headers=["x-request-id"],
+            max_age=600,
+        )
     app.add_middleware(RequestIdMiddleware)
     return app

@@ -8,18 +8,27 @@ a working stack on a laptop.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
-import sys
 from collections.abc import Sequence
 from typing import Any, get_args
 
 import uvicorn
 
 from gateway.config import ENV_PREFIX, Settings
+from gateway.logs import configure_logging
 
 
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
+
+
+def _parse_list(value: str) -> list[str]:
+    """A JSON list, or comma-separated values."""
+    if value.strip().startswith("["):
+        parsed = json.loads(value)
+        return [str(v) for v in parsed]
+    return [v.strip() for v in value.split(",") if v.strip()]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
         if annotation is bool:
             parser.add_argument(_flag(name), action=argparse.BooleanOptionalAction, default=None, help=help_text)
             continue
+        if getattr(annotation, "__origin__", None) is list:
+            parser.add_argument(_flag(name), dest=name, default=None, type=_parse_list, help=help_text)
+            continue
         choices = get_args(annotation) if getattr(annotation, "__origin__", None) is not None and str(annotation).startswith("typing.Literal") else None
         parser.add_argument(_flag(name), dest=name, default=None, choices=choices or None, help=help_text)
     return parser
@@ -49,10 +61,9 @@ def settings_from_args(argv: Sequence[str] | None = None) -> Settings:
 
 def main(argv: Sequence[str] | None = None) -> int:
     settings = settings_from_args(argv)
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
+    configure_logging(settings.log_level)
     from gateway.app import create_app
+    from gateway.server import DrainingServer
 
     triton = None
     if settings.embedded:
@@ -76,14 +87,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             base,
             base,
         )
-        uvicorn.run(
-            create_app(settings),
+        app = create_app(settings)
+        config = uvicorn.Config(
+            app,
             host=settings.host,
             port=settings.port,
             log_level=settings.log_level,
             access_log=False,
-            timeout_graceful_shutdown=30,
+            log_config=None,
+            timeout_graceful_shutdown=5,
         )
+        DrainingServer(config, app.state.service, settings.shutdown_grace_period).run()
     finally:
         if triton is not None:
             triton.stop()

@@ -69,11 +69,80 @@ class Settings(BaseSettings):
     request_timeout: float | None = Field(default=None, gt=0.0)
     """Upper bound in seconds for one request end to end; the Triton call is cancelled when it passes."""
 
+    max_concurrent_requests: int = Field(default=256, ge=0)
+    """Per model: requests sent to Triton at once (0: no limit). Others wait in the queue."""
+
+    max_queue_size: int = Field(default=1024, ge=0)
+    """Per model: requests that may wait for a slot; beyond it, 429 with Retry-After at once."""
+
+    queue_timeout: float = Field(default=30.0, gt=0.0)
+    """Seconds a request may wait for a slot before it gets 429 with Retry-After."""
+
+    shutdown_grace_period: float = Field(default=30.0, ge=0.0)
+    """On SIGTERM: seconds in-flight requests get to finish (new ones get 503) before they are
+    cancelled with an error event."""
+
+    api_keys: str | None = None
+    """Comma-separated API keys; when any key is configured (here or in ``api_key_file``),
+    ``/v1/*`` requires ``Authorization: Bearer <key>``."""
+
+    api_key_file: Path | None = None
+    """File with one API key per line (blank lines and ``#`` comments ignored)."""
+
+    metrics_enabled: bool = True
+    """Serve Prometheus metrics on ``/metrics``."""
+
+    metrics_require_auth: bool = False
+    """Require an API key for ``/metrics`` too (health endpoints are always open)."""
+
+    cors_origins: list[str] = Field(default_factory=list)
+    """Browser origins allowed by CORS (JSON list, ``["*"]`` for any); empty: CORS off."""
+
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    """Largest request body accepted; larger bodies get 413."""
+
+    max_messages: int = Field(default=512, ge=1)
+    """Most messages in one chat request."""
+
+    max_prompt_chars: int = Field(default=1_000_000, ge=1)
+    """Longest prompt (rendered chat or legacy prompt), in characters."""
+
+    max_n: int = Field(default=16, ge=1)
+    """Largest ``n`` (choices per prompt) accepted."""
+
+    max_tokens_limit: int | None = Field(default=None, ge=1)
+    """Cap on ``max_tokens`` for every model: larger requests get 400, the default is clamped."""
+
+    log_requests: bool = False
+    """Log one JSON line per request (ids, model, status, tokens, timings; never text)."""
+
+    triton_ssl: bool = False
+    """Use TLS for the gRPC channel to Triton."""
+
+    triton_ssl_root_certs: Path | None = None
+    """PEM file of CA certificates to verify Triton (default: the system's)."""
+
+    triton_ssl_client_cert: Path | None = None
+    """PEM client certificate for mutual TLS."""
+
+    triton_ssl_client_key: Path | None = None
+    """PEM private key of the client certificate."""
+
     grpc_keepalive_ms: int = Field(default=30_000, ge=1000)
     """gRPC keepalive ping interval to Triton, so a dead peer is noticed on idle channels."""
 
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     """Log level of the gateway's loggers."""
+
+    def load_api_keys(self) -> frozenset[str]:
+        """Every configured key, from ``api_keys`` and ``api_key_file``. Reads the file."""
+        keys = {k.strip() for k in (self.api_keys or "").split(",") if k.strip()}
+        if self.api_key_file is not None:
+            for line in self.api_key_file.read_text(encoding="utf-8").splitlines():
+                line = line.strip()
+                if line and not line.startswith("#"):
+                    keys.add(line)
+        return frozenset(keys)
 
     @field_validator("lora_separator")
     @classmethod

@@ -10,6 +10,7 @@
     │   └── PayloadTooLargeError        413
     ├── RateLimitError                  429 (Retry-After)
     ├── BackendUnavailableError         503 (Retry-After)
+    │   └── ShuttingDownError           503 code=shutting_down
     ├── BackendTimeoutError             504
     └── BackendError                    500 (the backend failed the request)
 
@@ -94,6 +95,12 @@ class BackendUnavailableError(GatewayError):
     status_code = 503
     error_type = "service_unavailable"
     default_code = "backend_unavailable"
+
+
+class ShuttingDownError(BackendUnavailableError):
+    """The gateway is draining for shutdown: retry on another replica."""
+
+    default_code = "shutting_down"
 
 
 class BackendTimeoutError(GatewayError):

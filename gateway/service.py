@@ -7,6 +7,7 @@ call when the client leaves, a stop string ends every choice, or the deadline pa
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -14,11 +15,20 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.admission import Admission, Ticket
 from gateway.assemble import ChoiceEvent, GenerationAssembler, Usage
 from gateway.backend.types import Backend, GenerationRequest
 from gateway.catalog import ModelCatalog, ServedModel
 from gateway.config import Settings
-from gateway.errors import GatewayError, error_body
+from gateway.errors import (
+    BackendTimeoutError,
+    GatewayError,
+    InvalidRequestError,
+    ShuttingDownError,
+    error_body,
+)
+from gateway.logs import log_request
+from gateway.metrics import Metrics, RequestRecord
 from gateway.logprobs import chat_logprobs, completion_logprobs, merge_completion_logprobs
 from gateway.responses import DONE_FRAME, ChunkEncoder, chat_completion, error_frame, text_completion
 from gateway.schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
@@ -50,6 +60,18 @@ class PreparedGeneration:
     """Top-k alternatives asked for (0: only the sampled token); None: no logprobs."""
     echo: tuple[str, ...] | None = None
     """Legacy completions with ``echo``: each prompt's text, shown before its completion."""
+    record: RequestRecord | None = None
+    deadline: float | None = None
+    """``time.monotonic()`` by which the whole request must be done."""
+    adapter: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """What the HTTP edge knows about a request that the core needs."""
+
+    request_id: str
+    deadline: float | None = None
 
 
 def count_prompt_tokens(model: ServedModel, prompt: str) -> int | None:
@@ -118,27 +140,65 @@ class _Run:
 class CompletionService:
     """Turns OpenAI requests into backend generations and back."""
 
-    def __init__(self, backend: Backend, catalog: ModelCatalog, settings: Settings) -> None:
+    def __init__(
+        self, backend: Backend, catalog: ModelCatalog, settings: Settings, admission: Admission, metrics: Metrics
+    ) -> None:
         self.backend = backend
         self.catalog = catalog
         self.settings = settings
+        self.admission = admission
+        self.metrics = metrics
+        self.draining = False
+
+    # -- translate --------------------------------------------------------------------------------
 
     async def _resolve(self, model_id: str) -> ResolvedModel:
         return resolve_model(model_id, await self.catalog.models(), self.settings.lora_separator)
 
     def _max_tokens(self, requested: int | None, resolved: ResolvedModel, prompt: str) -> int:
-        return resolve_max_tokens(
+        settings = self.settings
+        if len(prompt) > settings.max_prompt_chars:
+            raise InvalidRequestError(
+                f"The prompt is {len(prompt)} characters; the limit is {settings.max_prompt_chars}.",
+                code="prompt_too_long",
+            )
+        cap = settings.max_tokens_limit
+        if cap is not None and requested is not None and requested > cap:
+            raise InvalidRequestError(
+                f"max_tokens is {requested}; this gateway allows at most {cap}.", param="max_tokens"
+            )
+        max_tokens = resolve_max_tokens(
             requested,
             prompt_tokens=count_prompt_tokens(resolved.model, prompt),
             max_model_len=resolved.model.max_model_len,
-            fallback=self.settings.default_max_tokens,
+            fallback=settings.default_max_tokens,
         )
+        return min(max_tokens, cap) if cap is not None else max_tokens
+
+    def _check_common(self, body: SamplingFields) -> None:
+        if body.n > self.settings.max_n:
+            raise InvalidRequestError(f"n is {body.n}; this gateway allows at most {self.settings.max_n}.", param="n")
+        if body.stream_options is not None and not body.stream:
+            raise InvalidRequestError("stream_options is only allowed when stream is true", param="stream_options")
 
     def _prepared(
-        self, body: SamplingFields, requests: list[GenerationRequest], max_tokens: list[int], **extra: Any
+        self,
+        body: SamplingFields,
+        context: RequestContext,
+        resolved: ResolvedModel,
+        requests: list[GenerationRequest],
+        max_tokens: list[int],
+        **extra: Any,
     ) -> PreparedGeneration:
         options = body.stream_options
         chat = isinstance(body, ChatCompletionRequest)
+        record = RequestRecord(
+            request_id=context.request_id,
+            endpoint="chat" if chat else "completions",
+            model=resolved.model.name,
+            adapter=resolved.adapter,
+            stream=body.stream,
+        )
         return PreparedGeneration(
             requests=tuple(requests),
             chat=chat,
@@ -151,21 +211,33 @@ class CompletionService:
             max_tokens=tuple(max_tokens),
             include_usage=bool(options and options.include_usage),
             continuous_usage=bool(options and options.continuous_usage_stats),
+            record=record,
+            deadline=context.deadline,
+            adapter=resolved.adapter,
             **extra,
         )
 
-    async def prepare_chat(self, body: ChatCompletionRequest, request_id: str) -> PreparedGeneration:
+    async def prepare_chat(self, body: ChatCompletionRequest, context: RequestContext) -> PreparedGeneration:
+        self._check_common(body)
+        if len(body.messages) > self.settings.max_messages:
+            raise InvalidRequestError(
+                f"{len(body.messages)} messages; this gateway allows at most {self.settings.max_messages}.",
+                param="messages",
+            )
+        if body.top_logprobs is not None and not body.logprobs:
+            raise InvalidRequestError("top_logprobs requires logprobs to be true", param="top_logprobs")
         resolved = await self._resolve(body.model)
         prompt = render_chat_prompt(body, resolved)
         max_tokens = self._max_tokens(chat_max_tokens(body), resolved, prompt)
         generation = to_generation_request(
-            body, resolved, request_id=request_id, prompt=prompt, max_tokens=max_tokens,
-            timeout=self.settings.request_timeout,
+            body, resolved, request_id=context.request_id, prompt=prompt, max_tokens=max_tokens,
+            deadline=context.deadline,
         )
         logprobs = (body.top_logprobs or 0) if body.logprobs else None
-        return self._prepared(body, [generation], [max_tokens], logprobs=logprobs)
+        return self._prepared(body, context, resolved, [generation], [max_tokens], logprobs=logprobs)
 
-    async def prepare_completion(self, body: CompletionRequest, request_id: str) -> PreparedGeneration:
+    async def prepare_completion(self, body: CompletionRequest, context: RequestContext) -> PreparedGeneration:
+        self._check_common(body)
         check_completion_options(body)
         prompts = completion_prompts(body)
         resolved = await self._resolve(body.model)
@@ -173,15 +245,34 @@ class CompletionService:
         for position, prompt in enumerate(prompts):
             max_tokens = self._max_tokens(body.max_tokens, resolved, prompt)
             budgets.append(max_tokens)
+            request_id = context.request_id if len(prompts) == 1 else f"{context.request_id}-{position}"
             requests.append(
                 to_completion_generation(
-                    body, resolved, prompt=prompt, max_tokens=max_tokens, timeout=self.settings.request_timeout,
-                    request_id=request_id if len(prompts) == 1 else f"{request_id}-{position}",
+                    body, resolved, prompt=prompt, max_tokens=max_tokens, deadline=context.deadline,
+                    request_id=request_id,
                 )
             )
-        return self._prepared(
-            body, requests, budgets, logprobs=body.logprobs, echo=tuple(prompts) if body.echo else None
-        )
+        echo = tuple(prompts) if body.echo else None
+        return self._prepared(body, context, resolved, requests, budgets, logprobs=body.logprobs, echo=echo)
+
+    # -- admit ------------------------------------------------------------------------------------
+
+    async def admit(self, prepared: PreparedGeneration) -> Ticket:
+        """Wait for a slot on the model (429 when the queue is full or the wait times out)."""
+        if self.draining:
+            raise ShuttingDownError("The gateway is shutting down; retry on another replica.",
+                                    headers={"Retry-After": "1"})
+        remaining = None if prepared.deadline is None else prepared.deadline - time.monotonic()
+        try:
+            return await self.admission.acquire(prepared.requests[0].model, prepared.adapter, remaining)
+        except asyncio.CancelledError:
+            self._finish(prepared, None, 499, "client_disconnect")
+            raise
+        except GatewayError as exc:
+            self._finish(prepared, None, exc.status_code, "deadline" if isinstance(exc, BackendTimeoutError) else None)
+            raise
+
+    # -- generate, assemble, encode ---------------------------------------------------------------
 
     def _source(self, prepared: PreparedGeneration) -> AsyncIterator[Tagged]:
         generations = [self.backend.generate(r) for r in prepared.requests]
@@ -197,15 +288,48 @@ class CompletionService:
             continuous_usage=prepared.continuous_usage,
         )
 
-    async def stream(self, prepared: PreparedGeneration) -> AsyncIterator[bytes]:
+    def _finish(self, prepared: PreparedGeneration, run: _Run | None, status: int, cancel_reason: str | None,
+                error: GatewayError | None = None) -> None:
+        record = prepared.record
+        if record is None:
+            return
+        record.status = status
+        record.cancel_reason = cancel_reason
+        if error is not None:
+            record.error_type = error.error_type
+        if run is not None:
+            usage = run.usage
+            record.prompt_tokens, record.completion_tokens = usage.prompt_tokens, usage.completion_tokens
+        self.metrics.finish(record)
+        if self.settings.log_requests:
+            log_request(record, time.perf_counter())
+
+    @staticmethod
+    def _error_outcome(exc: GatewayError) -> str | None:
+        if isinstance(exc, BackendTimeoutError):
+            return "deadline"
+        if isinstance(exc, ShuttingDownError):
+            return "shutdown"
+        return None
+
+    async def stream(self, prepared: PreparedGeneration, ticket: Ticket) -> AsyncIterator[bytes]:
         """SSE frames. Errors before the first backend response propagate (so the edge can still
         answer with a status code); after that they become one error event that ends the stream."""
         encoder = self._encoder(prepared)
         run = _Run(prepared)
+        record = prepared.record
+        assert record is not None
+        gap = self.metrics.inter_token_latency.labels(record.model)
         continuous = prepared.continuous_usage
         source = self._source(prepared)
+        status, reason, error = 499, "client_disconnect", None
         try:
-            first = await anext(source, None)
+            try:
+                first = await anext(source, None)
+            except GatewayError as exc:
+                status, reason, error = exc.status_code, self._error_outcome(exc), exc
+                raise
+            record.first_token = record.last_token = time.perf_counter()
             events = run.feed(first) if first is not None else run.close()
             choices = prepared.n * len(prepared.requests)
             opening = encoder.role_chunks(choices, run.usage if continuous else None)
@@ -213,33 +337,45 @@ class CompletionService:
                 echoed = [ChoiceEvent(i, prepared.echo[i // prepared.n], None, None) for i in range(choices)]
                 opening += encoder.events(echoed, run.usage if continuous else None)
             yield opening
+            final = first is None or first[1].final
             try:
                 if events:
                     yield encoder.events(events, run.usage if continuous else None)
                 if not run.done:
                     async for item in source:
+                        now = time.perf_counter()
+                        gap.observe(now - record.last_token)
+                        record.last_token = now
+                        final = item[1].final
                         events = run.feed(item)
                         if events:
                             yield encoder.events(events, run.usage if continuous else None)
                         if run.done:
                             break
                     else:
+                        final = True
                         events = run.close()
                         if events:
                             yield encoder.events(events, run.usage if continuous else None)
             except GatewayError as exc:
-                logger.warning("request %s failed mid-stream: %s", prepared.requests[0].request_id, exc.message)
+                logger.warning("request failed mid-stream: %s", exc.message)
+                status, reason, error = exc.status_code, self._error_outcome(exc), exc
                 yield error_frame(error_body(exc))
                 return
             if prepared.include_usage:
                 yield encoder.usage_chunk(run.usage)
+            status, reason = 200, (None if final or len(prepared.requests) > 1 else "stop_string")
             yield DONE_FRAME
         finally:
             await source.aclose()  # type: ignore[attr-defined]
+            ticket.release()
+            self._finish(prepared, run, status, reason, error)
 
-    async def complete(self, prepared: PreparedGeneration) -> dict[str, Any]:
+    async def complete(self, prepared: PreparedGeneration, ticket: Ticket) -> dict[str, Any]:
         """One response object with every choice's full text, finish reason and the usage."""
         run = _Run(prepared)
+        record = prepared.record
+        assert record is not None
         choices = prepared.n * len(prepared.requests)
         texts: list[list[str]] = [[] for _ in range(choices)]
         if prepared.echo:
@@ -247,6 +383,8 @@ class CompletionService:
                 texts[index].append(prepared.echo[index // prepared.n])
         logprobs: list[list[Any]] = [[] for _ in range(choices)]
         source = self._source(prepared)
+        status, reason, error = 499, "client_disconnect", None
+        final = False
 
         def collect(events: list[ChoiceEvent]) -> None:
             for event in events:
@@ -256,13 +394,23 @@ class CompletionService:
 
         try:
             async for item in source:
+                if record.first_token is None:
+                    record.first_token = time.perf_counter()
+                final = item[1].final
                 collect(run.feed(item))
                 if run.done:
                     break
             else:
+                final = True
                 collect(run.close())
+            status, reason = 200, (None if final or len(prepared.requests) > 1 else "stop_string")
+        except GatewayError as exc:
+            status, reason, error = exc.status_code, self._error_outcome(exc), exc
+            raise
         finally:
             await source.aclose()  # type: ignore[attr-defined]
+            ticket.release()
+            self._finish(prepared, run, status, reason, error)
         build = chat_completion if prepared.chat else text_completion
         return build(
             completion_id=prepared.completion_id,

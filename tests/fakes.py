@@ -36,6 +36,9 @@ class ScriptedBackend:
     async def list_models(self) -> list[BackendModel]:
         return [BackendModel(name=m) for m in self.models]
 
+    def abort_all(self, error: Exception) -> int:
+        return 0
+
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
         self.requests.append(request)
         completed = False

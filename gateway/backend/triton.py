@@ -13,9 +13,12 @@ Speaks the vLLM-backend tensor contract (see ``triton_models/README.md``); knows
 
 from __future__ import annotations
 
+import asyncio
+import copy
 import logging
 import re
 import struct
+import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -209,9 +212,33 @@ class TritonBackend:
             ("grpc.http2.max_pings_without_data", 0),
             ("grpc.enable_retries", 0),
         ]
+        self._options += [
+            # Reconnect quickly once Triton is back, instead of gRPC's default backoff up to 120 s.
+            ("grpc.initial_reconnect_backoff_ms", 250),
+            ("grpc.min_reconnect_backoff_ms", 250),
+            ("grpc.max_reconnect_backoff_ms", 2_000),
+        ]
         self._credentials = credentials
         self._channel: grpc.aio.Channel | None = None
         self._stub: Any = None
+        self._active: dict[Any, GatewayError | None] = {}
+        """Open calls → the error to raise if we cancelled them on purpose (deadline, shutdown)."""
+
+    @property
+    def active_calls(self) -> int:
+        return len(self._active)
+
+    def abort_all(self, error: GatewayError) -> int:
+        """Cancel every open call; each raises ``error`` to its consumer. For shutdown."""
+        calls = list(self._active)
+        for call in calls:
+            self._abort(call, error)
+        return len(calls)
+
+    def _abort(self, call: Any, error: GatewayError) -> None:
+        if call in self._active and self._active[call] is None:
+            self._active[call] = error
+            call.cancel()
 
     async def start(self) -> None:
         if self._credentials is not None:
@@ -265,15 +292,34 @@ class TritonBackend:
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
         if self._stub is None:
             raise BackendUnavailableError("the Triton client is not started")
-        call = self._stub.ModelStreamInfer(iter((build_infer_request(request),)), timeout=request.timeout)
+        call = self._stub.ModelStreamInfer(iter((build_infer_request(request),)))
+        self._active[call] = None
+        timer = None
+        if request.deadline is not None:
+            # An explicit cancel rather than a gRPC deadline alone: the model must see
+            # is_cancelled() and free its slot, and the client must get a typed error.
+            timer = asyncio.get_running_loop().call_later(
+                max(0.0, request.deadline - time.monotonic()),
+                self._abort,
+                call,
+                BackendTimeoutError("the request's deadline passed before the backend finished"),
+            )
         try:
             async for reply in call:
                 if reply.error_message:
                     raise classify_stream_error(reply.error_message)
                 response = reply.infer_response
                 yield parse_infer_response(response, _is_final(response))
+        except asyncio.CancelledError:
+            reason = self._active.get(call)
+            if reason is not None:
+                raise copy.copy(reason) from None
+            raise
         except grpc.aio.AioRpcError as exc:
             raise classify_rpc_error(exc) from exc
         finally:
+            if timer is not None:
+                timer.cancel()
+            self._active.pop(call, None)
             if not call.done():
                 call.cancel()

@@ -23,8 +23,8 @@ class GenerationRequest:
     stream: bool = True
     """Ask the backend for deltas (True) or one response with the full text (False)."""
     return_logprobs: bool = False
-    timeout: float | None = None
-    """Seconds until the backend call is cancelled; None for no deadline."""
+    deadline: float | None = None
+    """``time.monotonic()`` at which the backend call is cancelled; None for no deadline."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +66,10 @@ class Backend(Protocol):
     async def model_ready(self, name: str) -> bool: ...
 
     async def list_models(self) -> list[BackendModel]: ...
+
+    def abort_all(self, error: Exception) -> int:
+        """Cancel every generation in flight; each raises ``error`` to its consumer."""
+        ...
 
     def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
         """Yield chunks until the backend's final one. Closing the iterator early (``aclose``,

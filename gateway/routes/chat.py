@@ -8,9 +8,8 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.routes.common import JSONBytesResponse, request_id_of, service_of, until_disconnect
+from gateway.routes.common import context_of, respond, service_of
 from gateway.schemas import ChatCompletionRequest
-from gateway.sse import prime, sse_response
 
 logger = logging.getLogger(__name__)
 router = APIRouter()
@@ -21,8 +20,5 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
     if body.model_extra and logger.isEnabledFor(logging.DEBUG):
         logger.debug("ignoring unknown fields: %s", sorted(body.model_extra))
     service = service_of(request)
-    prepared = await service.prepare_chat(body, request_id_of(request))
-    if body.stream:
-        frames = await prime(service.stream(prepared), service.settings.first_response_wait)
-        return sse_response(frames, ping_interval=service.settings.sse_ping_interval)
-    return JSONBytesResponse(await until_disconnect(request, service.complete(prepared)))
+    prepared = await service.prepare_chat(body, context_of(request, service))
+    return await respond(request, service, prepared, body.stream)

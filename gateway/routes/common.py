@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
@@ -10,7 +11,9 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.service import CompletionService
+from gateway.errors import InvalidRequestError
+from gateway.service import CompletionService, PreparedGeneration, RequestContext
+from gateway.sse import prime, sse_response
 
 T = TypeVar("T")
 
@@ -30,6 +33,39 @@ def service_of(request: Request) -> CompletionService:
 
 def request_id_of(request: Request) -> str:
     return request.scope.get("state", {}).get("request_id") or "unknown"
+
+
+TIMEOUT_HEADER = "x-request-timeout"
+
+
+def context_of(request: Request, service: CompletionService) -> RequestContext:
+    """The request id and the deadline: the configured ``request_timeout``, lowered (never
+    raised) by an ``X-Request-Timeout: <seconds>`` header."""
+    timeout = service.settings.request_timeout
+    header = request.headers.get(TIMEOUT_HEADER)
+    if header is not None:
+        try:
+            asked = float(header)
+        except ValueError:
+            asked = -1.0
+        if not asked > 0:
+            raise InvalidRequestError(f"{TIMEOUT_HEADER} must be a positive number of seconds, got {header!r}")
+        timeout = asked if timeout is None else min(timeout, asked)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    return RequestContext(request_id_of(request), deadline)
+
+
+async def respond(request: Request, service: CompletionService, prepared: PreparedGeneration, stream: bool) -> Response:
+    """Admit → stream (SSE) or complete (JSON); the client leaving cancels every phase."""
+    ticket = await until_disconnect(request, service.admit(prepared))
+    try:
+        if stream:
+            frames = await prime(service.stream(prepared, ticket), service.settings.first_response_wait)
+            return sse_response(frames, ping_interval=service.settings.sse_ping_interval)
+        return JSONBytesResponse(await until_disconnect(request, service.complete(prepared, ticket)))
+    except BaseException:
+        ticket.release()  # idempotent: the generation released it already if it ever ran
+        raise
 
 
 class ClientDisconnected(Exception):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from starlette.requests import Request
 
-from gateway.errors import BackendUnavailableError, GatewayError
+from gateway.errors import BackendUnavailableError, GatewayError, ShuttingDownError
 from gateway.routes.common import JSONBytesResponse, service_of
 
 router = APIRouter()
@@ -19,6 +19,8 @@ async def health() -> JSONBytesResponse:
 @router.get("/health/ready")
 async def ready(request: Request) -> JSONBytesResponse:
     service = service_of(request)
+    if service.draining:
+        raise ShuttingDownError("The gateway is shutting down.", headers={"Retry-After": "1"})
     if not await service.backend.server_ready():
         raise BackendUnavailableError("Triton is not reachable or not ready", headers={"Retry-After": "1"})
     try:

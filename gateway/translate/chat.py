@@ -73,7 +73,7 @@ def to_generation_request(
     request_id: str,
     prompt: str,
     max_tokens: int,
-    timeout: float | None,
+    deadline: float | None,
 ) -> GenerationRequest:
     logprobs = (request.top_logprobs or 0) if request.logprobs else None
     return GenerationRequest(
@@ -83,5 +83,5 @@ def to_generation_request(
         sampling=to_sampling_params(request, max_tokens=max_tokens, adapter=resolved.adapter, logprobs=logprobs),
         stream=request.stream,
         return_logprobs=logprobs is not None,
-        timeout=timeout,
+        deadline=deadline,
     )

@@ -42,7 +42,7 @@ def to_completion_generation(
     request_id: str,
     prompt: str,
     max_tokens: int,
-    timeout: float | None,
+    deadline: float | None,
 ) -> GenerationRequest:
     return GenerationRequest(
         request_id=request_id,
@@ -51,5 +51,5 @@ def to_completion_generation(
         sampling=to_sampling_params(request, max_tokens=max_tokens, adapter=resolved.adapter, logprobs=request.logprobs),
         stream=request.stream,
         return_logprobs=request.logprobs is not None,
-        timeout=timeout,
+        deadline=deadline,
     )

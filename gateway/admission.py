@@ -1,0 +1,143 @@
+"""Admission control: a per-model limit on requests in flight and a bounded, timed wait queue.
+
+A gateway that queues without bound turns overload into timeouts for everyone; this one answers
+429 with ``Retry-After`` at once when a model's queue is full, or when a request waited its
+``queue_timeout`` out, so an upstream balancer can retry elsewhere. The counts here also feed the
+gauges the Kubernetes Gateway API Inference Extension reads (``vllm:num_requests_waiting``,
+``vllm:num_requests_running``, ``vllm:lora_requests_info``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter, deque
+from dataclasses import dataclass, field
+
+from gateway.errors import BackendTimeoutError, RateLimitError
+
+
+@dataclass
+class ModelGate:
+    """One model's slots (``limit``; 0 = unlimited) and FIFO wait queue (``queue_size``)."""
+
+    limit: int
+    queue_size: int
+    running: int = 0
+    running_adapters: Counter[str] = field(default_factory=Counter)
+    waiting_adapters: Counter[str] = field(default_factory=Counter)
+    _waiters: deque[asyncio.Future[None]] = field(default_factory=deque)
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
+
+    def _has_room(self) -> bool:
+        return self.limit <= 0 or self.running < self.limit
+
+    async def acquire(self, adapter: str | None, timeout: float, deadline: float | None) -> None:
+        """Take a slot, waiting in line if needed. Raises 429 when the line is full or the wait
+        times out, 504 when the request's own deadline passes first."""
+        if self._has_room() and not self._waiters:
+            self._take(adapter)
+            return
+        if len(self._waiters) >= self.queue_size:
+            raise RateLimitError(
+                "Too many requests are waiting for this model; retry shortly.", headers={"Retry-After": "1"}
+            )
+        wait = timeout if deadline is None else min(timeout, deadline)
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(future)
+        if adapter:
+            self.waiting_adapters[adapter] += 1
+        try:
+            try:
+                await asyncio.wait_for(asyncio.shield(future), wait)
+            except TimeoutError:
+                if future.done() and not future.cancelled():
+                    self._taken(adapter)
+                    return
+                future.cancel()
+                if deadline is not None and deadline <= timeout:
+                    raise BackendTimeoutError("the request's deadline passed while it waited for a slot") from None
+                raise RateLimitError(
+                    f"Waited {timeout:g} s for a free slot for this model; retry shortly.",
+                    headers={"Retry-After": "1"},
+                ) from None
+            except asyncio.CancelledError:
+                if future.done() and not future.cancelled():
+                    self.running -= 1  # granted, but the client left: pass the slot on
+                    self._wake()
+                else:
+                    future.cancel()
+                raise
+            self._taken(adapter)
+        finally:
+            if adapter:
+                self.waiting_adapters[adapter] -= 1
+                if self.waiting_adapters[adapter] <= 0:
+                    del self.waiting_adapters[adapter]
+            try:
+                self._waiters.remove(future)
+            except ValueError:
+                pass
+
+    def _take(self, adapter: str | None) -> None:
+        self.running += 1
+        self._taken(adapter)
+
+    def _taken(self, adapter: str | None) -> None:
+        if adapter:
+            self.running_adapters[adapter] += 1
+
+    def release(self, adapter: str | None) -> None:
+        self.running -= 1
+        if adapter:
+            self.running_adapters[adapter] -= 1
+            if self.running_adapters[adapter] <= 0:
+                del self.running_adapters[adapter]
+        self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters and self._has_room():
+            future = self._waiters.popleft()
+            if not future.done():
+                self.running += 1  # handed over: the waiter owns it now
+                future.set_result(None)
+
+
+@dataclass
+class Ticket:
+    """A held slot; ``release`` is idempotent so every exit path may call it."""
+
+    gate: ModelGate | None
+    adapter: str | None
+    released: bool = False
+
+    def release(self) -> None:
+        if not self.released and self.gate is not None:
+            self.released = True
+            self.gate.release(self.adapter)
+
+
+class Admission:
+    """The gates of all models."""
+
+    def __init__(self, limit: int, queue_size: int, queue_timeout: float) -> None:
+        self.limit = limit
+        self.queue_size = queue_size
+        self.queue_timeout = queue_timeout
+        self.gates: dict[str, ModelGate] = {}
+
+    def gate(self, model: str) -> ModelGate:
+        if model not in self.gates:
+            self.gates[model] = ModelGate(self.limit, self.queue_size)
+        return self.gates[model]
+
+    async def acquire(self, model: str, adapter: str | None, deadline: float | None = None) -> Ticket:
+        gate = self.gate(model)
+        await gate.acquire(adapter, self.queue_timeout, deadline)
+        return Ticket(gate, adapter)
+
+    @property
+    def in_flight(self) -> int:
+        return sum(g.running for g in self.gates.values())

@@ -1,0 +1,53 @@
+"""Logging: the request id on every line of a request, and an optional JSON line per request.
+
+The request id lives in a context variable set by the HTTP middleware; asyncio copies context
+into the tasks a request spawns (the SSE stream task included), so every log line of that request
+carries it without passing it around. Prompts and completions are never logged at info level.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import sys
+
+import orjson
+
+from gateway.metrics import RequestRecord
+
+request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
+access_logger = logging.getLogger("gateway.access")
+
+
+class RequestIdFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.request_id = request_id_var.get()
+        return True
+
+
+def configure_logging(level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(RequestIdFilter())
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+
+
+def log_request(record: RequestRecord, finished_at: float) -> None:
+    """One JSON line per request: ids, model, status, tokens, timings. Never the text."""
+    line = {
+        "request_id": record.request_id,
+        "endpoint": record.endpoint,
+        "model": record.model,
+        "adapter": record.adapter,
+        "stream": record.stream,
+        "status": record.status,
+        "prompt_tokens": record.prompt_tokens,
+        "completion_tokens": record.completion_tokens,
+        "duration_ms": round((finished_at - record.started) * 1000, 2),
+        "ttft_ms": None if record.first_token is None else round((record.first_token - record.started) * 1000, 2),
+        "cancel_reason": record.cancel_reason,
+        "error_type": record.error_type,
+    }
+    access_logger.info("%s", orjson.dumps(line).decode())

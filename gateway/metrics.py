@@ -1,0 +1,135 @@
+"""Prometheus metrics, in a registry of the app's own (no global state between apps in a process).
+
+Per request, the service fills one ``RequestRecord`` (plain attributes, no locks) and hands it to
+``Metrics.finish`` once; per backend chunk only the inter-token gap is observed. Gauges that
+describe the present (in flight, waiting, the ``vllm:*`` names the Kubernetes Gateway API
+Inference Extension scrapes) are computed at scrape time from the admission state, so requests
+never touch them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from gateway.admission import Admission
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536)
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """What one request did, for metrics and the request log line."""
+
+    request_id: str
+    endpoint: str
+    model: str
+    adapter: str | None
+    stream: bool
+    started: float = field(default_factory=time.perf_counter)
+    first_token: float | None = None
+    last_token: float | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    status: int = 200
+    cancel_reason: str | None = None
+    error_type: str | None = None
+
+
+class _LiveGauges(Collector):
+    """Gauges read from admission state at scrape time."""
+
+    def __init__(self, admission: Admission) -> None:
+        self._admission = admission
+
+    def collect(self) -> Iterator[Metric]:
+        running = GaugeMetricFamily("gateway_requests_running", "Requests holding a slot (sent to Triton)", labels=["model"])
+        waiting = GaugeMetricFamily("gateway_requests_waiting", "Requests waiting in the gateway's queue", labels=["model"])
+        vllm_running = GaugeMetricFamily("vllm:num_requests_running", "Requests running on the model (gateway's view)",
+                                         labels=["model_name"])
+        vllm_waiting = GaugeMetricFamily("vllm:num_requests_waiting", "Requests waiting for the model (gateway's view)",
+                                         labels=["model_name"])
+        lora = GaugeMetricFamily(
+            "vllm:lora_requests_info",
+            "Running and waiting LoRA adapters (value: scrape time), as vLLM reports them",
+            labels=["model_name", "running_lora_adapters", "waiting_lora_adapters", "max_lora"],
+        )
+        now = time.time()
+        for model, gate in sorted(self._admission.gates.items()):
+            running.add_metric([model], gate.running)
+            waiting.add_metric([model], gate.waiting)
+            vllm_running.add_metric([model], gate.running)
+            vllm_waiting.add_metric([model], gate.waiting)
+            lora.add_metric(
+                [model, ",".join(sorted(gate.running_adapters)), ",".join(sorted(gate.waiting_adapters)),
+                 str(gate.limit if gate.limit > 0 else 0)],
+                now,
+            )
+        yield from (running, waiting, vllm_running, vllm_waiting, lora)
+
+
+class Metrics:
+    """The gateway's collectors."""
+
+    def __init__(self, admission: Admission) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "gateway_requests", "Requests answered",
+            ["model", "adapter", "endpoint", "stream", "status"], registry=r,
+        )
+        self.time_to_first_token = Histogram(
+            "gateway_time_to_first_token_seconds", "From request arrival to the first generated text",
+            ["model"], buckets=LATENCY_BUCKETS, registry=r,
+        )
+        self.inter_token_latency = Histogram(
+            "gateway_inter_token_latency_seconds", "Gap between two backend responses of one stream",
+            ["model"], buckets=LATENCY_BUCKETS, registry=r,
+        )
+        self.request_duration = Histogram(
+            "gateway_request_duration_seconds", "End-to-end request latency",
+            ["model", "endpoint"], buckets=LATENCY_BUCKETS, registry=r,
+        )
+        self.prompt_tokens_per_request = Histogram(
+            "gateway_request_prompt_tokens", "Prompt tokens per request", ["model"], buckets=TOKEN_BUCKETS, registry=r,
+        )
+        self.completion_tokens_per_request = Histogram(
+            "gateway_request_completion_tokens", "Completion tokens per request", ["model"],
+            buckets=TOKEN_BUCKETS, registry=r,
+        )
+        self.prompt_tokens = Counter("gateway_prompt_tokens", "Prompt tokens processed", ["model", "adapter"], registry=r)
+        self.completion_tokens = Counter(
+            "gateway_completion_tokens", "Completion tokens generated", ["model", "adapter"], registry=r,
+        )
+        self.cancellations = Counter(
+            "gateway_cancellations", "Backend work cancelled before it finished, by reason", ["reason"], registry=r,
+        )
+        self.backend_errors = Counter(
+            "gateway_backend_errors", "Errors from Triton, by type", ["type"], registry=r,
+        )
+        r.register(_LiveGauges(admission))
+
+    def cancelled(self, reason: str) -> None:
+        self.cancellations.labels(reason).inc()
+
+    def finish(self, record: RequestRecord) -> None:
+        adapter = record.adapter or ""
+        now = time.perf_counter()
+        self.requests.labels(record.model, adapter, record.endpoint, str(record.stream).lower(), str(record.status)).inc()
+        self.request_duration.labels(record.model, record.endpoint).observe(now - record.started)
+        if record.first_token is not None:
+            self.time_to_first_token.labels(record.model).observe(record.first_token - record.started)
+        self.prompt_tokens_per_request.labels(record.model).observe(record.prompt_tokens)
+        self.completion_tokens_per_request.labels(record.model).observe(record.completion_tokens)
+        self.prompt_tokens.labels(record.model, adapter).inc(record.prompt_tokens)
+        self.completion_tokens.labels(record.model, adapter).inc(record.completion_tokens)
+        if record.cancel_reason is not None:
+            self.cancelled(record.cancel_reason)
+        if record.error_type is not None and record.status >= 500:
+            self.backend_errors.labels(record.error_type).inc()

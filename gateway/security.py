@@ -1,0 +1,94 @@
+"""Edge guards as pure ASGI middleware: API keys and the request body size limit.
+
+Pure ASGI (not ``BaseHTTPMiddleware``) so that streaming responses pass through untouched and no
+extra task is spawned per request.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Iterable
+
+import orjson
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gateway.errors import AuthenticationError, GatewayError, PayloadTooLargeError, error_body
+
+
+async def send_error(send: Send, error: GatewayError) -> None:
+    headers = [(b"content-type", b"application/json")]
+    headers += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in error.headers.items()]
+    await send({"type": "http.response.start", "status": error.status_code, "headers": headers})
+    await send({"type": "http.response.body", "body": orjson.dumps(error_body(error))})
+
+
+def key_matches(presented: bytes, keys: Iterable[bytes]) -> bool:
+    """Compare against every key in constant time (no early exit on the first match)."""
+    found = False
+    for key in keys:
+        found |= hmac.compare_digest(presented, key)
+    return found
+
+
+class ApiKeyMiddleware:
+    """``Authorization: Bearer <key>`` on protected paths; health endpoints always open."""
+
+    def __init__(self, app: ASGIApp, keys: frozenset[str], protect_metrics: bool) -> None:
+        self.app = app
+        self.keys = tuple(k.encode() for k in keys)
+        self.prefixes = ("/v1/", "/metrics") if protect_metrics else ("/v1/",)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] == "OPTIONS" or not scope["path"].startswith(self.prefixes):
+            await self.app(scope, receive, send)
+            return
+        header = b""
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                header = value
+                break
+        scheme, _, token = header.partition(b" ")
+        if scheme.lower() != b"bearer" or not token:
+            await send_error(send, AuthenticationError(
+                "Missing API key: send it as 'Authorization: Bearer <key>'.",
+                headers={"WWW-Authenticate": "Bearer"}))
+            return
+        if not key_matches(token.strip(), self.keys):
+            await send_error(send, AuthenticationError("Incorrect API key provided.", headers={"WWW-Authenticate": "Bearer"}))
+            return
+        await self.app(scope, receive, send)
+
+
+class BodySizeLimitMiddleware:
+    """413 for bodies over the limit: at once from ``Content-Length``, or as soon as a chunked
+    body crosses it (the handler sees the error raised from ``receive``)."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    def _error(self) -> PayloadTooLargeError:
+        return PayloadTooLargeError(f"The request body is larger than the {self.limit} bytes this gateway accepts.")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                if value.isdigit() and int(value) > self.limit:
+                    await send_error(send, self._error())
+                    return
+                break
+        received = 0
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.limit:
+                    raise self._error()
+            return message
+
+        await self.app(scope, limited_receive, send)

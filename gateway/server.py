@@ -1,0 +1,56 @@
+"""uvicorn with a graceful drain on SIGTERM, which uvicorn alone does not give.
+
+First SIGTERM/SIGINT: readiness turns false and new requests get 503 (so the load balancer stops
+sending and clients retry elsewhere), in-flight requests get ``shutdown_grace_period`` seconds to
+finish, then whatever is left is cancelled in Triton and its client gets an error (an SSE error
+event, or a 503), and only then does uvicorn stop. A second signal stops at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from types import FrameType
+
+import uvicorn
+
+from gateway.errors import ShuttingDownError
+from gateway.service import CompletionService
+
+logger = logging.getLogger(__name__)
+
+
+class DrainingServer(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config, service: CompletionService, grace: float) -> None:
+        super().__init__(config)
+        self._service = service
+        self._grace = grace
+        self._drain_task: asyncio.Task[None] | None = None
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self._drain_task is not None or self._grace <= 0:
+            self.force_exit = self._drain_task is not None
+            self.should_exit = True
+            return
+        loop = asyncio.get_event_loop()
+        self._drain_task = loop.create_task(self._drain())
+
+    async def _drain(self) -> None:
+        service = self._service
+        service.draining = True
+        busy = service.admission.in_flight
+        logger.info("draining: %d request(s) in flight, grace %.1f s", busy, self._grace)
+        deadline = time.monotonic() + self._grace
+        while service.admission.in_flight and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        left = service.admission.in_flight
+        if left:
+            logger.warning("grace period over: cancelling %d request(s)", left)
+            service.backend.abort_all(
+                ShuttingDownError("The gateway shut down before this request finished; retry it.")
+            )
+            until = time.monotonic() + 5.0
+            while service.admission.in_flight and time.monotonic() < until:
+                await asyncio.sleep(0.05)
+        self.should_exit = True
