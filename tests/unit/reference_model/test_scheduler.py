@@ -1,0 +1,190 @@
+"""The scheduler thread with fake senders: stream framing, interleaving, cancellation, exact metrics."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from contract import FINISH_REASON, NUM_INPUT_TOKENS, NUM_OUTPUT_TOKENS, TEXT_OUTPUT, RawRequest
+from engine import TinyLlmEngine
+from scheduler import SHUTDOWN_MESSAGE, Scheduler
+
+PROMPT = b"<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+
+
+class FakeSink:
+    """Records responses; can turn cancelled after a number of sends."""
+
+    def __init__(self, cancel_after: int | None = None) -> None:
+        self.responses: list[tuple[dict[str, np.ndarray], bool]] = []
+        self.errors: list[str] = []
+        self.closed = False
+        self.cancel_after = cancel_after
+        self.done = threading.Event()
+
+    def is_cancelled(self) -> bool:
+        return self.cancel_after is not None and len(self.responses) >= self.cancel_after
+
+    def send(self, outputs: dict[str, np.ndarray], final: bool) -> None:
+        self.responses.append((outputs, final))
+        if final:
+            self.done.set()
+
+    def send_error(self, message: str) -> None:
+        self.errors.append(message)
+        self.done.set()
+
+    def close(self) -> None:
+        self.closed = True
+        self.done.set()
+
+    def text(self, index: int = 0) -> bytes:
+        return b"".join(outputs[TEXT_OUTPUT][index] for outputs, _ in self.responses)
+
+
+class FakeMetrics:
+    def __init__(self) -> None:
+        self.total = 0
+        self.cancelled = 0
+        self.in_flight = 0
+        self._lock = threading.Lock()
+
+    def request_received(self) -> None:
+        with self._lock:
+            self.total += 1
+
+    def request_cancelled(self) -> None:
+        with self._lock:
+            self.cancelled += 1
+
+    def in_flight_add(self, delta: int) -> None:
+        with self._lock:
+            self.in_flight += delta
+            assert self.in_flight >= 0
+
+
+@pytest.fixture
+def metrics() -> FakeMetrics:
+    return FakeMetrics()
+
+
+@pytest.fixture
+def scheduler(engine: TinyLlmEngine, metrics: FakeMetrics) -> Iterator[Scheduler]:
+    scheduler = Scheduler(engine, metrics)
+    scheduler.start()
+    yield scheduler
+    scheduler.shutdown()
+
+
+def request(stream: bool = True, prompt: bytes = PROMPT, **params: object) -> RawRequest:
+    return RawRequest(
+        text_input=prompt,
+        sampling_parameters=json.dumps(params).encode(),
+        stream=stream,
+        exclude_input_in_output=True,
+        return_finish_reason=True,
+        return_num_input_tokens=True,
+        return_num_output_tokens=True,
+    )
+
+
+def submit(scheduler: Scheduler, raw: RawRequest, sink: FakeSink | None = None) -> FakeSink:
+    sink = sink or FakeSink()
+    scheduler.handle(raw, sink)
+    return sink
+
+
+def wait(*sinks: FakeSink) -> None:
+    for sink in sinks:
+        assert sink.done.wait(30), "no final response"
+
+
+def test_stream_sends_one_response_per_token_and_final_on_the_last(
+    scheduler: Scheduler, metrics: FakeMetrics
+) -> None:
+    sink = submit(scheduler, request(max_tokens=6, seed=1))
+    wait(sink)
+    assert [final for _, final in sink.responses] == [False] * 5 + [True]
+    assert [str(o[FINISH_REASON][0]) for o, _ in sink.responses] == ["None"] * 5 + ["length"]
+    assert sum(int(o[NUM_OUTPUT_TOKENS][0]) for o, _ in sink.responses) == 6
+    assert all(o[NUM_INPUT_TOKENS].dtype == np.uint32 for o, _ in sink.responses)
+    assert (metrics.total, metrics.cancelled, metrics.in_flight) == (1, 0, 0)
+
+
+def test_non_stream_sends_one_response_equal_to_the_stream(scheduler: Scheduler) -> None:
+    streamed = submit(scheduler, request(max_tokens=20, seed=2))
+    whole = submit(scheduler, request(stream=False, max_tokens=20, seed=2))
+    wait(streamed, whole)
+    assert len(whole.responses) == 1 and whole.responses[0][1] is True
+    assert whole.text() == streamed.text()
+    assert int(whole.responses[0][0][NUM_OUTPUT_TOKENS][0]) == 20
+
+
+def test_non_stream_echoes_the_prompt_unless_excluded(scheduler: Scheduler) -> None:
+    raw = RawRequest(text_input=PROMPT, sampling_parameters=b'{"max_tokens": 3, "seed": 1}', stream=False)
+    echoed = submit(scheduler, raw)
+    plain = submit(scheduler, request(stream=False, max_tokens=3, seed=1))
+    wait(echoed, plain)
+    assert echoed.text() == PROMPT + plain.text()
+    assert set(echoed.responses[0][0]) == {TEXT_OUTPUT}  # no return_* flag: no optional output
+
+
+def test_invalid_request_gets_an_error_and_is_not_in_flight(scheduler: Scheduler, metrics: FakeMetrics) -> None:
+    sink = submit(scheduler, request(bogus=1))
+    wait(sink)
+    assert "'bogus'" in sink.errors[0]
+    missing = submit(scheduler, RawRequest(text_input=None))
+    wait(missing)
+    assert "text_input" in missing.errors[0]
+    assert (metrics.total, metrics.in_flight) == (2, 0)
+
+
+def test_request_cancelled_before_start_is_closed_without_work(scheduler: Scheduler, metrics: FakeMetrics) -> None:
+    sink = submit(scheduler, request(max_tokens=5), FakeSink(cancel_after=0))
+    wait(sink)
+    assert sink.closed and not sink.responses
+    assert (metrics.total, metrics.cancelled, metrics.in_flight) == (1, 1, 0)
+
+
+def test_cancel_mid_stream_stops_at_once(scheduler: Scheduler, metrics: FakeMetrics) -> None:
+    sink = submit(scheduler, request(max_tokens=500, seed=3), FakeSink(cancel_after=3))
+    wait(sink)
+    assert sink.closed and len(sink.responses) == 3
+    assert not any(final for _, final in sink.responses)
+    assert (metrics.cancelled, metrics.in_flight) == (1, 0)
+
+
+def test_concurrent_streams_never_mix_and_match_solo_runs(scheduler: Scheduler) -> None:
+    solo = {}
+    for seed in range(4):
+        sink = submit(scheduler, request(max_tokens=15, seed=seed, lora_name=[None, "alpha", "beta"][seed % 3]))
+        wait(sink)
+        solo[seed] = sink.text()
+    together = {
+        seed: submit(scheduler, request(max_tokens=15, seed=seed, lora_name=[None, "alpha", "beta"][seed % 3]))
+        for seed in range(4)
+    }
+    wait(*together.values())
+    assert {seed: sink.text() for seed, sink in together.items()} == solo
+
+
+def test_n2_stream_carries_two_elements_per_response(scheduler: Scheduler) -> None:
+    sink = submit(scheduler, request(max_tokens=4, seed=8, n=2))
+    wait(sink)
+    assert all(o[TEXT_OUTPUT].shape == (2,) for o, _ in sink.responses)
+    assert sink.text(0) != sink.text(1)
+
+
+def test_shutdown_answers_running_requests_with_an_error(engine: TinyLlmEngine, metrics: FakeMetrics) -> None:
+    scheduler = Scheduler(engine, metrics)
+    scheduler.start()
+    sink = submit(scheduler, request(max_tokens=2000, ignore_eos=True))
+    while not sink.responses:
+        threading.Event().wait(0.01)
+    scheduler.shutdown()
+    wait(sink)
+    assert sink.errors == [SHUTDOWN_MESSAGE]
+    assert metrics.in_flight == 0

@@ -1,0 +1,111 @@
+"""The vLLM-backend tensor contract: input names in, numpy output tensors out.
+
+Why apart from model.py: the shapes and dtypes here are exactly what the gateway decodes, so they
+are unit-tested without Triton; model.py only wraps these arrays in ``pb_utils.Tensor``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from generator import SequenceDelta
+
+TEXT_INPUT = "text_input"
+STREAM = "stream"
+SAMPLING_PARAMETERS = "sampling_parameters"
+EXCLUDE_INPUT_IN_OUTPUT = "exclude_input_in_output"
+RETURN_FINISH_REASON = "return_finish_reason"
+RETURN_NUM_INPUT_TOKENS = "return_num_input_tokens"
+RETURN_NUM_OUTPUT_TOKENS = "return_num_output_tokens"
+RETURN_LOGPROBS = "return_logprobs"
+RETURN_CUMULATIVE_LOGPROB = "return_cumulative_logprob"
+BOOL_INPUTS = (
+    STREAM,
+    EXCLUDE_INPUT_IN_OUTPUT,
+    RETURN_FINISH_REASON,
+    RETURN_NUM_INPUT_TOKENS,
+    RETURN_NUM_OUTPUT_TOKENS,
+    RETURN_LOGPROBS,
+    RETURN_CUMULATIVE_LOGPROB,
+)
+
+TEXT_OUTPUT = "text_output"
+FINISH_REASON = "finish_reason"
+NUM_INPUT_TOKENS = "num_input_tokens"
+NUM_OUTPUT_TOKENS = "num_output_tokens"
+LOGPROBS = "logprobs"
+CUMULATIVE_LOGPROB = "cumulative_logprob"
+
+
+class RequestError(ValueError):
+    """The request's tensors are unusable (missing prompt, not UTF-8); sent back as INVALID_ARG."""
+
+
+@dataclass(frozen=True)
+class RawRequest:
+    """The request's input tensors, already read out of Triton (absent optional inputs are None)."""
+
+    text_input: bytes | None
+    sampling_parameters: bytes | None = None
+    stream: bool | None = None
+    exclude_input_in_output: bool | None = None
+    return_finish_reason: bool | None = None
+    return_num_input_tokens: bool | None = None
+    return_num_output_tokens: bool | None = None
+    return_logprobs: bool | None = None
+    return_cumulative_logprob: bool | None = None
+
+    def prompt(self) -> str:
+        """The prompt as text; vLLM takes a str prompt, so non-UTF-8 bytes are a client error."""
+        if self.text_input is None:
+            raise RequestError(f"input '{TEXT_INPUT}' is required")
+        try:
+            return self.text_input.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise RequestError(f"input '{TEXT_INPUT}' is not valid UTF-8: {exc}") from None
+
+
+@dataclass(frozen=True)
+class OutputOptions:
+    """Which optional outputs to send (like vLLM: only those whose ``return_*`` flag is true)."""
+
+    finish_reason: bool = False
+    num_input_tokens: bool = False
+    num_output_tokens: bool = False
+    logprobs: bool = False
+    cumulative_logprob: bool = False
+
+    @classmethod
+    def from_request(cls, request: RawRequest) -> OutputOptions:
+        return cls(
+            finish_reason=bool(request.return_finish_reason),
+            num_input_tokens=bool(request.return_num_input_tokens),
+            num_output_tokens=bool(request.return_num_output_tokens),
+            logprobs=bool(request.return_logprobs),
+            cumulative_logprob=bool(request.return_cumulative_logprob),
+        )
+
+
+def build_outputs(
+    deltas: list[SequenceDelta], options: OutputOptions, num_input_tokens: int, prefix: bytes = b""
+) -> dict[str, np.ndarray]:
+    """One response's output tensors: one element per sequence (``prefix`` echoes the prompt)."""
+    outputs: dict[str, np.ndarray] = {
+        TEXT_OUTPUT: np.array([prefix + delta.text for delta in deltas], dtype=np.object_),
+    }
+    if options.finish_reason:
+        outputs[FINISH_REASON] = np.array([str(delta.finish_reason) for delta in deltas], dtype=np.object_)
+    if options.num_input_tokens:
+        outputs[NUM_INPUT_TOKENS] = np.array([num_input_tokens], dtype=np.uint32)
+    if options.num_output_tokens:
+        outputs[NUM_OUTPUT_TOKENS] = np.array([delta.num_tokens for delta in deltas], dtype=np.uint32)
+    if options.logprobs:
+        outputs[LOGPROBS] = np.array(
+            [json.dumps(delta.logprobs, ensure_ascii=False) for delta in deltas], dtype=np.object_
+        )
+    if options.cumulative_logprob:
+        outputs[CUMULATIVE_LOGPROB] = np.array([delta.cumulative_logprob for delta in deltas], dtype=np.float32)
+    return outputs

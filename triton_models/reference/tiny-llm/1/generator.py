@@ -1,0 +1,184 @@
+"""The token loop of one request: ``n`` sequences advanced one token per ``step()``.
+
+Why a step function and not a loop: the scheduler interleaves all active requests one step at a
+time (so 16 streams progress together and a cancel is seen between any two tokens), and streaming
+sends exactly one response per step. Each sequence has its own KV cache and its own
+``torch.Generator``: its tokens depend only on the prompt, the parameters and its seed, never on
+what else runs.
+
+Finish rules, in this order of precedence for the token just generated:
+EOS (any id of generation_config's ``eos_token_id``, unless ``ignore_eos``) or a ``stop_token_ids``
+token -> "stop" (the token counts, its text is dropped unless ``include_stop_str_in_output``);
+a stop string -> "stop"; ``max_tokens`` or ``max_model_len`` reached -> "length".
+EOS, stop tokens and stop strings are disabled until ``min_tokens`` tokens exist.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from engine import TinyLlmEngine
+from sampler import apply_logit_bias, apply_penalties, ban_tokens, choose_token, logprob_entry
+from sampling_params import SamplingParams
+from stop import StopTextBuffer
+
+FINISH_STOP = "stop"
+FINISH_LENGTH = "length"
+
+_SEED_STRIDE = 0x9E3779B97F4A7C15  # odd 64-bit constant: spreads sibling seeds apart
+
+
+class PromptTooLongError(ValueError):
+    """The prompt leaves no room for a single generated token."""
+
+
+def sequence_seed(seed: int | None, index: int) -> int:
+    """Seed of sequence ``index``: sequence 0 uses the request seed itself, so ``n=1`` and the first
+    of ``n=2`` agree; siblings get distinct derived seeds. No seed: fresh OS entropy."""
+    if seed is None:
+        return int.from_bytes(os.urandom(8), "little") >> 1
+    return (seed + index * _SEED_STRIDE) % (1 << 63)
+
+
+@dataclass(frozen=True)
+class SequenceDelta:
+    """What one step (or, non-streaming, the whole generation) added to one sequence."""
+
+    text: bytes
+    num_tokens: int
+    logprobs: list[dict[str, dict[str, Any]]] | None
+    cumulative_logprob: float
+    finish_reason: str | None
+
+
+@dataclass
+class _Sequence:
+    generator: torch.Generator | None
+    counts: torch.Tensor
+    text: StopTextBuffer
+    pending: list[int]
+    cache: Any = None
+    token_ids: list[int] = field(default_factory=list)
+    cumulative_logprob: float = 0.0
+    finish_reason: str | None = None
+    new_tokens: int = 0
+    new_logprobs: list[dict[str, dict[str, Any]]] = field(default_factory=list)
+
+
+class Generation:
+    """One request's sequences; call ``step()`` until ``finished``."""
+
+    def __init__(self, engine: TinyLlmEngine, prompt_ids: list[int], params: SamplingParams) -> None:
+        max_model_len = engine.config.max_model_len
+        if not prompt_ids:
+            raise PromptTooLongError("The decoder prompt cannot be empty")
+        if len(prompt_ids) >= max_model_len:
+            raise PromptTooLongError(
+                f"The decoder prompt (length {len(prompt_ids)}) is longer than the maximum model length "
+                f"of {max_model_len}."
+            )
+        self._engine = engine
+        self.params = params
+        self.prompt_ids = prompt_ids
+        room = max_model_len - len(prompt_ids)
+        self.max_tokens = room if params.max_tokens is None else min(params.max_tokens, room)
+        self._prompt_mask = torch.zeros(engine.vocab_size, dtype=torch.bool)
+        self._prompt_mask[torch.tensor(prompt_ids, dtype=torch.long)] = True
+        self._stop_ids = frozenset(params.stop_token_ids) | (
+            frozenset() if params.ignore_eos else engine.eos_token_ids
+        )
+        self.sequences = [self._new_sequence(index) for index in range(params.n)]
+
+    def _new_sequence(self, index: int) -> _Sequence:
+        generator = None
+        if not self.params.greedy:
+            generator = torch.Generator().manual_seed(sequence_seed(self.params.seed, index))
+        return _Sequence(
+            generator=generator,
+            counts=torch.zeros(self._engine.vocab_size, dtype=torch.float32),
+            text=StopTextBuffer(self.params.stop, self.params.include_stop_str_in_output),
+            pending=list(self.prompt_ids),
+        )
+
+    @property
+    def finished(self) -> bool:
+        return all(sequence.finish_reason is not None for sequence in self.sequences)
+
+    def step(self) -> list[SequenceDelta]:
+        """Generate one token for every unfinished sequence; return each sequence's delta."""
+        for sequence in self.sequences:
+            if sequence.finish_reason is None:
+                self._advance(sequence)
+        return [self._take_delta(sequence) for sequence in self.sequences]
+
+    def _advance(self, sequence: _Sequence) -> None:
+        params = self.params
+        result = self._engine.forward(sequence.pending, sequence.cache, params.lora_name)
+        sequence.cache = result.cache
+        raw_logprobs = torch.log_softmax(result.logits, dim=-1)
+        logits = result.logits.clone()
+        apply_logit_bias(logits, params.logit_bias)
+        before_min_tokens = len(sequence.token_ids) < params.min_tokens
+        if before_min_tokens:
+            ban_tokens(logits, self._stop_ids)
+        apply_penalties(logits, sequence.counts, self._prompt_mask, params)
+        token = choose_token(logits, params, sequence.generator)
+
+        sequence.token_ids.append(token)
+        sequence.pending = [token]
+        sequence.counts[token] += 1
+        sequence.new_tokens += 1
+        sequence.cumulative_logprob += float(raw_logprobs[token])
+        if params.logprobs is not None:
+            sequence.new_logprobs.append(
+                logprob_entry(raw_logprobs, token, params.logprobs, self._engine.decode_token)
+            )
+        stop_token = token in self._stop_ids and not before_min_tokens
+        if stop_token:
+            sequence.finish_reason = FINISH_STOP
+        text = self._token_text(token, stop_token)
+        if text and sequence.text.append(text, check_stops=len(sequence.token_ids) >= params.min_tokens):
+            sequence.finish_reason = sequence.finish_reason or FINISH_STOP
+        if sequence.finish_reason is None and len(sequence.token_ids) >= self.max_tokens:
+            sequence.finish_reason = FINISH_LENGTH
+        if sequence.finish_reason is not None:
+            sequence.cache = None  # free the KV cache as soon as the sequence is done
+
+    def _token_text(self, token: int, stop_token: bool) -> bytes:
+        if stop_token and not self.params.include_stop_str_in_output:
+            return b""
+        if self.params.skip_special_tokens and token in self._engine.special_token_ids:
+            return b""
+        return self._engine.token_bytes[token]
+
+    def _take_delta(self, sequence: _Sequence) -> SequenceDelta:
+        delta = SequenceDelta(
+            text=sequence.text.take_delta(final=sequence.finish_reason is not None),
+            num_tokens=sequence.new_tokens,
+            logprobs=list(sequence.new_logprobs) if self.params.logprobs is not None else None,
+            cumulative_logprob=sequence.cumulative_logprob,
+            finish_reason=sequence.finish_reason,
+        )
+        sequence.new_tokens = 0
+        sequence.new_logprobs.clear()
+        return delta
+
+
+def merge_deltas(earlier: SequenceDelta | None, later: SequenceDelta) -> SequenceDelta:
+    """Fold consecutive deltas of one sequence into one (how non-streaming builds its single response)."""
+    if earlier is None:
+        return later
+    logprobs = None
+    if earlier.logprobs is not None or later.logprobs is not None:
+        logprobs = [*(earlier.logprobs or []), *(later.logprobs or [])]
+    return SequenceDelta(
+        text=earlier.text + later.text,
+        num_tokens=earlier.num_tokens + later.num_tokens,
+        logprobs=logprobs,
+        cumulative_logprob=later.cumulative_logprob,
+        finish_reason=later.finish_reason,
+    )
