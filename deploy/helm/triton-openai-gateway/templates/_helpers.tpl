@@ -1,0 +1,215 @@
+{{/*
+Names, labels and the few derived values every template shares. Every helper carries the
+chart's prefix so it cannot collide with a parent chart's helpers.
+*/}}
+
+{{/* Chart name, overridable. */}}
+{{- define "triton-openai-gateway.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* "<release>-<chart>" unless the release name already holds the chart name; 63 chars max. */}}
+{{- define "triton-openai-gateway.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Name of Triton's Deployment and Service (managed mode). */}}
+{{- define "triton-openai-gateway.tritonFullname" -}}
+{{- printf "%s-triton" (include "triton-openai-gateway.fullname" . | trunc 56 | trimSuffix "-") }}
+{{- end }}
+
+{{/* "name-version" for the helm.sh/chart label. */}}
+{{- define "triton-openai-gateway.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels on every resource. */}}
+{{- define "triton-openai-gateway.labels" -}}
+helm.sh/chart: {{ include "triton-openai-gateway.chart" . }}
+app.kubernetes.io/name: {{ include "triton-openai-gateway.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- if .Chart.AppVersion }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: triton-openai-gateway
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Selector of the gateway pods (which hold Triton too in sidecar mode). */}}
+{{- define "triton-openai-gateway.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "triton-openai-gateway.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: gateway
+{{- end }}
+
+{{/* Selector of the chart-managed Triton pods. */}}
+{{- define "triton-openai-gateway.tritonSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "triton-openai-gateway.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: triton
+{{- end }}
+
+{{/* The ServiceAccount the pods run as. */}}
+{{- define "triton-openai-gateway.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "triton-openai-gateway.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* Gateway image reference. */}}
+{{- define "triton-openai-gateway.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{/* Triton image reference. */}}
+{{- define "triton-openai-gateway.tritonImage" -}}
+{{- printf "%s:%s" .Values.triton.image.repository .Values.triton.image.tag }}
+{{- end }}
+
+{{/* True (non-empty) when the chart runs Triton itself. */}}
+{{- define "triton-openai-gateway.runsTriton" -}}
+{{- if or (eq .Values.triton.mode "managed") (eq .Values.triton.mode "sidecar") }}true{{ end }}
+{{- end }}
+
+{{/*
+GATEWAY_TRITON_URL: the external URL, the managed Triton Service, or localhost in the pod.
+*/}}
+{{- define "triton-openai-gateway.tritonUrl" -}}
+{{- if eq .Values.triton.mode "external" }}
+{{- .Values.triton.external.url }}
+{{- else if eq .Values.triton.mode "sidecar" }}
+{{- printf "127.0.0.1:%d" (int .Values.triton.ports.grpc) }}
+{{- else }}
+{{- printf "%s:%d" (include "triton-openai-gateway.tritonFullname" .) (int .Values.triton.ports.grpc) }}
+{{- end }}
+{{- end }}
+
+{{/* Name of the Secret holding the API keys. */}}
+{{- define "triton-openai-gateway.apiKeySecretName" -}}
+{{- default (printf "%s-api-keys" (include "triton-openai-gateway.fullname" .)) .Values.auth.existingSecret }}
+{{- end }}
+
+{{/* GATEWAY_API_KEY_FILE. */}}
+{{- define "triton-openai-gateway.apiKeyFile" -}}
+{{- printf "%s/%s" (trimSuffix "/" .Values.auth.mountPath) .Values.auth.secretKey }}
+{{- end }}
+
+{{/* The model PVC: the existing one, or the one the chart creates. */}}
+{{- define "triton-openai-gateway.modelClaimName" -}}
+{{- default (printf "%s-models" (include "triton-openai-gateway.fullname" .)) .Values.triton.modelRepository.pvc.existingClaim }}
+{{- end }}
+
+{{/* True (non-empty) when the gateway container mounts the model repository. */}}
+{{- define "triton-openai-gateway.gatewayMountsModels" -}}
+{{- if .Values.gateway.modelRepository.enabled }}
+{{- if include "triton-openai-gateway.runsTriton" . }}true
+{{- else if .Values.gateway.modelRepository.existingClaim }}true
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* GATEWAY_MODEL_REPOSITORY when mounted. */}}
+{{- define "triton-openai-gateway.gatewayModelRepository" -}}
+{{- if include "triton-openai-gateway.runsTriton" . }}
+{{- .Values.triton.modelRepository.path }}
+{{- else }}
+{{- .Values.gateway.modelRepository.path }}
+{{- end }}
+{{- end }}
+
+{{/* Mount path of the model volume in the gateway container. */}}
+{{- define "triton-openai-gateway.gatewayModelMountPath" -}}
+{{- if include "triton-openai-gateway.runsTriton" . }}
+{{- .Values.triton.modelRepository.mountPath }}
+{{- else }}
+{{- .Values.gateway.modelRepository.mountPath }}
+{{- end }}
+{{- end }}
+
+{{/*
+The "models" volume: the PVC, or an emptyDir the init container fills from an image. External
+mode with gateway.modelRepository.existingClaim: that PVC.
+*/}}
+{{- define "triton-openai-gateway.modelVolume" -}}
+- name: models
+{{- if not (include "triton-openai-gateway.runsTriton" .) }}
+  persistentVolumeClaim:
+    claimName: {{ .Values.gateway.modelRepository.existingClaim }}
+    readOnly: true
+{{- else if eq .Values.triton.modelRepository.source "pvc" }}
+  persistentVolumeClaim:
+    claimName: {{ include "triton-openai-gateway.modelClaimName" . }}
+{{- else }}
+  emptyDir:
+    sizeLimit: {{ .Values.triton.modelRepository.image.sizeLimit }}
+{{- end }}
+{{- end }}
+
+{{/* The init container copying the repository out of an image (source: image). */}}
+{{- define "triton-openai-gateway.modelInitContainer" -}}
+{{- $repo := .Values.triton.modelRepository }}
+{{- if and (include "triton-openai-gateway.runsTriton" .) (eq $repo.source "image") }}
+- name: copy-model-repository
+  image: {{ printf "%s:%s" $repo.image.repository $repo.image.tag | quote }}
+  imagePullPolicy: {{ $repo.image.pullPolicy }}
+  command: ["sh", "-c", "cp -a \"$0\"/. \"$1\"/", {{ $repo.image.sourcePath | quote }}, {{ $repo.mountPath | quote }}]
+  securityContext:
+    {{- toYaml .Values.gateway.securityContext | nindent 4 }}
+  volumeMounts:
+    - name: models
+      mountPath: {{ $repo.mountPath }}
+{{- end }}
+{{- end }}
+
+{{/* The volumeMount of the model volume (subPath for PVCs). */}}
+{{- define "triton-openai-gateway.modelVolumeMount" -}}
+- name: models
+  mountPath: {{ .mountPath }}
+  {{- if .readOnly }}
+  readOnly: true
+  {{- end }}
+  {{- if .subPath }}
+  subPath: {{ .subPath }}
+  {{- end }}
+{{- end }}
+
+{{/* Streaming annotations merged with the user's (the user's win). */}}
+{{- define "triton-openai-gateway.ingressAnnotations" -}}
+{{- $annotations := dict }}
+{{- if .Values.ingress.streaming }}
+{{- $annotations = merge $annotations (deepCopy .Values.ingress.streamingAnnotations) }}
+{{- end }}
+{{- $annotations = mergeOverwrite $annotations (deepCopy .Values.ingress.annotations) }}
+{{- with $annotations }}
+{{- toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Grace period of gateway pods: given, or preStop pause + drain + 10 s margin. */}}
+{{- define "triton-openai-gateway.gatewayGracePeriod" -}}
+{{- $g := .Values.gateway }}
+{{- if kindIs "invalid" $g.terminationGracePeriodSeconds }}
+{{- add (include "triton-openai-gateway.gatewayDrainSeconds" . | int) 10 }}
+{{- else }}
+{{- $g.terminationGracePeriodSeconds }}
+{{- end }}
+{{- end }}
+
+{{/* Seconds from SIGTERM until the gateway has drained: preStop pause + shutdown grace. */}}
+{{- define "triton-openai-gateway.gatewayDrainSeconds" -}}
+{{- add (int .Values.gateway.preStopSleepSeconds) (int (ceil .Values.gateway.shutdownGracePeriod)) }}
+{{- end }}

@@ -1,0 +1,1 @@
+"""Deployment tests: the Helm chart, the Dockerfile install, the vLLM model layout."""

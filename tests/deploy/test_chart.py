@@ -1,0 +1,608 @@
+"""The Helm chart in deploy/helm, rendered by a real Helm engine and validated offline.
+
+Every scenario is linted, rendered (schema check first, like ``helm install``), and each core
+object is validated strictly against the Kubernetes schemas of the oldest and newest versions
+the chart supports; CRD objects (ServiceMonitor, HTTPRoute) are checked structurally. The other
+tests assert the properties a deployment depends on.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+
+CHART_DIR = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "triton-openai-gateway"
+NAMESPACE = "inference"  # the namespace conftest's render fixture uses
+Rendered = Any  # conftest.Rendered (test modules do not import each other)
+
+KUBE_VERSIONS = ("1.25.0", "1.37.0")
+CRD_KINDS = {
+    ("monitoring.coreos.com/v1", "ServiceMonitor"),
+    ("gateway.networking.k8s.io/v1", "HTTPRoute"),
+}
+FULLNAME = "llm-triton-openai-gateway"
+TRITON_NAME = "llm-triton-openai-gateway-triton"
+EXTERNAL_URL = "triton.gpu-pool.svc.cluster.local:8001"
+API_KEYS = ["sk-test-4f9c2d1e", "sk-test-77ab03c9"]
+
+
+def _merge(*parts: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for part in parts:
+        for key, value in part.items():
+            if isinstance(value, dict) and isinstance(out.get(key), dict):
+                out[key] = _merge(out[key], value)
+            else:
+                out[key] = copy.deepcopy(value)
+    return out
+
+
+EXTERNAL = {"triton": {"mode": "external", "external": {"url": EXTERNAL_URL}}}
+SIDECAR = {
+    "triton": {"mode": "sidecar", "modelRepository": {"pvc": {"existingClaim": "llm-weights"}}},
+    "autoscaling": {"enabled": False},
+    "gateway": {"replicaCount": 1},
+}
+INGRESS = {"ingress": {"enabled": True, "className": "nginx",
+                       "tls": [{"secretName": "llm-tls", "hosts": ["llm.example.com"]}]}}
+HTTPROUTE = {"httpRoute": {"enabled": True, "hostnames": ["llm.example.com"],
+                           "parentRefs": [{"name": "public", "namespace": "gateway-system"}]}}
+AUTH_VALUES = {"auth": {"enabled": True, "apiKeys": API_KEYS}}
+AUTH_EXISTING = {"auth": {"enabled": True, "existingSecret": "gateway-api-keys", "secretKey": "keys.txt"}}
+HPA_OFF = {"autoscaling": {"enabled": False}, "gateway": {"replicaCount": 3}}
+MONITORING = {"gateway": {"metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}}}}
+
+SCENARIOS: dict[str, dict[str, Any]] = {
+    "defaults": {},
+    "external": EXTERNAL,
+    "external-with-model-volume": _merge(EXTERNAL, {"gateway": {"modelRepository": {"existingClaim": "models-ro"}}}),
+    "managed-existing-pvc": {"triton": {"modelRepository": {"pvc": {"existingClaim": "llm-weights",
+                                                                    "subPath": "prod"}}}},
+    "managed-image": _merge(MONITORING, {"triton": {"replicaCount": 2, "modelRepository": {
+        "source": "image", "image": {"repository": "registry.example.com/models/llama-3.1-8b", "tag": "v3"}}}}),
+    "sidecar": _merge(SIDECAR, MONITORING),
+    "ingress": INGRESS,
+    "httproute": HTTPROUTE,
+    "auth-values": AUTH_VALUES,
+    "auth-existing-secret": AUTH_EXISTING,
+    "hpa-off": HPA_OFF,
+    "extra-settings": {"gateway": {"shutdownGracePeriod": 120, "extraSettings": {
+        "max_concurrent_requests": 64, "log_requests": True, "max_tokens_limit": 4096}}},
+    "custom-ports": {"gateway": {"port": 9000, "requestTimeout": 900, "defaultMaxTokens": 512,
+                                 "corsOrigins": ["https://app.example.com"]},
+                     "service": {"port": 80}},
+    "everything-external": _merge(EXTERNAL, INGRESS, HTTPROUTE, AUTH_EXISTING, HPA_OFF, MONITORING),
+    "everything-sidecar": _merge(SIDECAR, INGRESS, AUTH_VALUES, {"gateway": {"port": 8100}}),
+}
+
+RenderFn = Callable[[dict[str, Any]], Rendered]
+
+
+@pytest.fixture(scope="module")
+def rendered(render: RenderFn) -> dict[str, Rendered]:
+    return {name: render(values) for name, values in SCENARIOS.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+
+def _gateway_deployment(r: Rendered) -> dict[str, Any]:
+    return r.one("Deployment", FULLNAME)
+
+
+def _pod(deployment: dict[str, Any]) -> dict[str, Any]:
+    return deployment["spec"]["template"]["spec"]
+
+
+def _container(deployment: dict[str, Any], name: str) -> dict[str, Any]:
+    containers = {c["name"]: c for c in _pod(deployment)["containers"]}
+    assert name in containers, f"no container {name!r} in {sorted(containers)}"
+    return containers[name]
+
+
+def _settings(r: Rendered) -> dict[str, str]:
+    return r.one("ConfigMap", FULLNAME)["data"]
+
+
+def _named_port(container: dict[str, Any], port: str | int) -> int:
+    if isinstance(port, int):
+        return port
+    numbers = [p["containerPort"] for p in container.get("ports", []) if p.get("name") == port]
+    assert numbers, f"port {port!r} is not declared by container {container['name']}"
+    return int(numbers[0])
+
+
+def _service_port(service: dict[str, Any], name: str) -> dict[str, Any]:
+    ports = [p for p in service["spec"]["ports"] if p["name"] == name]
+    assert len(ports) == 1, f"service {service['metadata']['name']} has no port {name}"
+    return ports[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# lint, schema, Kubernetes validation
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_helm_lint_strict_reports_no_warning_or_error(helm: ModuleType, scenario: str) -> None:
+    report = helm.lint(str(CHART_DIR), SCENARIOS[scenario], strict=True, namespace=NAMESPACE)
+    problems = [m for m in report["messages"] if m["severity"] >= 2]
+    assert report["errors"] == [] and problems == [], json.dumps(report, indent=2)
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_core_objects_validate_strictly_against_kubernetes_schemas(
+    rendered: dict[str, Rendered], kubernetes_validate: ModuleType, scenario: str
+) -> None:
+    objects = rendered[scenario].objects
+    assert objects
+    for obj in objects:
+        if (obj["apiVersion"], obj["kind"]) in CRD_KINDS:
+            continue
+        for version in KUBE_VERSIONS:
+            try:
+                kubernetes_validate.validate(obj, version, strict=True)
+            except kubernetes_validate.ValidationError as exc:
+                path = ".".join(str(p) for p in exc.path)
+                pytest.fail(f"{obj['kind']}/{obj['metadata']['name']} invalid for {version} at {path}: {exc.message}")
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_every_object_is_known_and_labelled(rendered: dict[str, Rendered], scenario: str) -> None:
+    r = rendered[scenario]
+    for obj in r.objects:
+        labels = obj["metadata"]["labels"]
+        assert labels["app.kubernetes.io/name"] == "triton-openai-gateway"
+        assert labels["app.kubernetes.io/instance"] == "llm"
+        assert labels["app.kubernetes.io/managed-by"] == "Helm"
+        assert labels["app.kubernetes.io/version"]
+        assert labels["helm.sh/chart"].startswith("triton-openai-gateway-")
+        assert len(obj["metadata"]["name"]) <= 63
+
+
+def test_default_values_pass_the_schema_and_unknown_keys_do_not(chart: Any, helm: ModuleType) -> None:
+    chart.validate_schema({})
+    for bad in ({"gateway": {"prot": 8000}}, {"triton": {"mode": "embedded"}},
+                {"gateway": {"port": "8000"}}, {"httpRoute": {"timeouts": {"request": "forever"}}}):
+        with pytest.raises(helm.HelmValuesError):
+            chart.validate_schema(bad)
+
+
+def _key_lines(text: str) -> list[tuple[tuple[str, ...], bool]]:
+    """(path, has a comment right above) for every mapping key of values.yaml (list items skipped)."""
+    stack: list[tuple[int, str]] = []
+    out: list[tuple[tuple[str, ...], bool]] = []
+    previous = ""
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped:
+            continue
+        match = re.match(r"^( *)([A-Za-z0-9_.\-/]+):(\s|$)", line)
+        if match and not stripped.startswith("#"):
+            indent = len(match.group(1))
+            while stack and stack[-1][0] >= indent:
+                stack.pop()
+            path = (*(k for _, k in stack), match.group(2))
+            out.append((path, previous.startswith("#")))
+            stack.append((indent, match.group(2)))
+        elif stripped.startswith("- ") and not stripped.startswith("#"):
+            indent = len(line) - len(line.lstrip())
+            while stack and stack[-1][0] > indent:
+                stack.pop()
+            stack.append((indent + 1, "[]"))
+        previous = stripped
+    return out
+
+
+def test_values_yaml_comments_every_key_the_schema_describes(chart: Any) -> None:
+    text = (CHART_DIR / "values.yaml").read_text()
+    schema = chart.schema
+    undocumented = []
+    for path, commented in _key_lines(text):
+        node = schema
+        for part in path[:-1]:
+            node = node.get("properties", {}).get(part, {})
+        if "properties" not in node:  # inside free-form data (resources, annotations, lists)
+            continue
+        assert path[-1] in node["properties"], f"values.yaml key {'.'.join(path)} is not in the schema"
+        if not commented:
+            undocumented.append(".".join(path))
+    assert undocumented == [], f"keys without a comment line right above: {undocumented}"
+
+
+# ---------------------------------------------------------------------------------------------
+# the gateway container
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_probe_paths_and_ports_follow_gateway_port(rendered: dict[str, Rendered], scenario: str) -> None:
+    r = rendered[scenario]
+    settings = _settings(r)
+    deployment = _gateway_deployment(r)
+    gateway = _container(deployment, "gateway")
+    port = int(settings["GATEWAY_PORT"])
+    assert settings["GATEWAY_HOST"] == "0.0.0.0"
+    assert gateway["livenessProbe"]["httpGet"]["path"] == "/health"
+    assert gateway["readinessProbe"]["httpGet"]["path"] == "/health/ready"
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert _named_port(gateway, gateway[probe]["httpGet"]["port"]) == port
+    service = r.one("Service", FULLNAME)
+    assert _named_port(gateway, _service_port(service, "http")["targetPort"]) == port
+    expected = SCENARIOS[scenario].get("gateway", {}).get("port", 8000)
+    assert port == expected
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_gateway_runs_non_root_with_read_only_root_filesystem(rendered: dict[str, Rendered], scenario: str) -> None:
+    deployment = _gateway_deployment(rendered[scenario])
+    pod = _pod(deployment)
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+    gateway = _container(deployment, "gateway")
+    context = gateway["securityContext"]
+    assert context["readOnlyRootFilesystem"] is True
+    assert context["allowPrivilegeEscalation"] is False
+    assert context["capabilities"]["drop"] == ["ALL"]
+    assert {"name": "tmp", "mountPath": "/tmp"} in gateway["volumeMounts"]
+    assert gateway["resources"]["requests"] and gateway["resources"]["limits"]
+    for container in pod["containers"] + pod.get("initContainers", []):
+        assert container["securityContext"]["runAsNonRoot"] is True, container["name"]
+        assert container["securityContext"]["allowPrivilegeEscalation"] is False, container["name"]
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_settings_reach_the_gateway_only_through_the_configmap(rendered: dict[str, Rendered], scenario: str) -> None:
+    r = rendered[scenario]
+    gateway = _container(_gateway_deployment(r), "gateway")
+    assert gateway["envFrom"] == [{"configMapRef": {"name": FULLNAME}}]
+    assert all(key.startswith("GATEWAY_") for key in _settings(r))
+    assert all(isinstance(value, str) for value in _settings(r).values())
+
+
+def test_optional_settings_are_set_only_when_given(rendered: dict[str, Rendered]) -> None:
+    defaults = _settings(rendered["defaults"])
+    for unset in ("GATEWAY_REQUEST_TIMEOUT", "GATEWAY_DEFAULT_MAX_TOKENS", "GATEWAY_CORS_ORIGINS", "GATEWAY_API_KEY_FILE"):
+        assert unset not in defaults
+    custom = _settings(rendered["custom-ports"])
+    assert custom["GATEWAY_REQUEST_TIMEOUT"] == "900"
+    assert custom["GATEWAY_DEFAULT_MAX_TOKENS"] == "512"
+    assert json.loads(custom["GATEWAY_CORS_ORIGINS"]) == ["https://app.example.com"]
+    assert _service_port(rendered["custom-ports"].one("Service", FULLNAME), "http")["port"] == 80
+
+
+def test_every_variable_the_chart_sets_is_a_gateway_setting(rendered: dict[str, Rendered]) -> None:
+    from gateway.config import ENV_PREFIX, Settings
+
+    known = {f"{ENV_PREFIX}{name.upper()}" for name in Settings.model_fields}
+    used = {key for r in rendered.values() for key in _settings(r)}
+    assert used - known == set(), f"the chart sets variables gateway/config.py does not know: {sorted(used - known)}"
+    settings = Settings(**{  # every value the chart renders must parse as the gateway would
+        key[len(ENV_PREFIX):].lower(): (json.loads(value) if value.startswith("[") else value)
+        for key, value in _settings(rendered["extra-settings"]).items()
+    })
+    assert settings.max_concurrent_requests == 64 and settings.log_requests is True
+    assert settings.shutdown_grace_period == 120
+
+
+def test_extra_settings_cannot_carry_api_keys(chart: Any, helm: ModuleType) -> None:
+    for key in ("api_keys", "api_key_file"):
+        with pytest.raises(helm.HelmValuesError):
+            chart.validate_schema({"gateway": {"extraSettings": {key: "sk-inline"}}})
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_pods_get_time_to_drain_streams(rendered: dict[str, Rendered], scenario: str) -> None:
+    r = rendered[scenario]
+    settings = _settings(r)
+    deployment = _gateway_deployment(r)
+    gateway = _container(deployment, "gateway")
+    pause = int(gateway["lifecycle"]["preStop"]["exec"]["command"][1])
+    drain = pause + float(settings["GATEWAY_SHUTDOWN_GRACE_PERIOD"])
+    assert _pod(deployment)["terminationGracePeriodSeconds"] >= drain + 5
+    if SCENARIOS[scenario].get("triton", {}).get("mode") == "sidecar":
+        triton = _container(deployment, "triton")
+        assert int(triton["lifecycle"]["preStop"]["exec"]["command"][1]) >= drain
+
+
+def test_sidecar_grace_shorter_than_the_drain_fails_early(render: RenderFn, helm: ModuleType) -> None:
+    with pytest.raises(helm.HelmRenderError, match="Triton outlives the gateway"):
+        render(_merge(SIDECAR, {"triton": {"terminationGracePeriodSeconds": 20}}))
+
+
+def test_config_change_rolls_the_gateway_pods(render: RenderFn) -> None:
+    def checksum(values: dict[str, Any]) -> str:
+        return _gateway_deployment(render(values))["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+
+    assert checksum({}) == checksum({})
+    assert checksum({}) != checksum({"gateway": {"logLevel": "debug"}})
+
+
+# ---------------------------------------------------------------------------------------------
+# where Triton is
+
+
+@pytest.mark.parametrize("scenario", ["defaults", "managed-existing-pvc", "managed-image", "ingress", "auth-values"])
+def test_managed_triton_url_points_at_the_rendered_triton_service(rendered: dict[str, Rendered], scenario: str) -> None:
+    r = rendered[scenario]
+    host, port = _settings(r)["GATEWAY_TRITON_URL"].rsplit(":", 1)
+    service = r.one("Service", host)
+    assert service["metadata"]["name"] == TRITON_NAME
+    grpc = _service_port(service, "grpc")
+    assert int(port) == grpc["port"]
+    triton_deployment = r.one("Deployment", TRITON_NAME)
+    pod_labels = triton_deployment["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    assert not (r.one("Service", FULLNAME)["spec"]["selector"].items() <= pod_labels.items())
+    triton = _container(triton_deployment, "triton")
+    assert _named_port(triton, grpc["targetPort"]) == int(
+        next(a for a in triton["args"] if a.startswith("--grpc-port=")).split("=")[1]
+    )
+
+
+@pytest.mark.parametrize("scenario", ["defaults", "managed-existing-pvc", "managed-image"])
+def test_managed_triton_serves_the_vllm_image_on_a_gpu_from_the_model_volume(
+    rendered: dict[str, Rendered], scenario: str
+) -> None:
+    r = rendered[scenario]
+    triton_deployment = r.one("Deployment", TRITON_NAME)
+    triton = _container(triton_deployment, "triton")
+    assert "vllm" in triton["image"] and triton["image"].startswith("nvcr.io/nvidia/tritonserver:")
+    assert triton["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert triton["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
+    assert triton["startupProbe"]["failureThreshold"] * triton["startupProbe"]["periodSeconds"] >= 600
+    repository = next(a for a in triton["args"] if a.startswith("--model-repository=")).split("=", 1)[1]
+    assert _settings(r)["GATEWAY_MODEL_REPOSITORY"] == repository
+    triton_mount = next(m for m in triton["volumeMounts"] if m["name"] == "models")
+    gateway_mount = next(m for m in _container(_gateway_deployment(r), "gateway")["volumeMounts"] if m["name"] == "models")
+    assert gateway_mount["readOnly"] is True
+    assert gateway_mount["mountPath"] == triton_mount["mountPath"]
+    assert gateway_mount.get("subPath") == triton_mount.get("subPath")
+    assert repository.startswith(triton_mount["mountPath"] + "/")
+    triton_volume = next(v for v in _pod(triton_deployment)["volumes"] if v["name"] == "models")
+    gateway_volume = next(v for v in _pod(_gateway_deployment(r))["volumes"] if v["name"] == "models")
+    if "persistentVolumeClaim" in triton_volume:
+        claim = triton_volume["persistentVolumeClaim"]["claimName"]
+        assert gateway_volume["persistentVolumeClaim"]["claimName"] == claim
+    else:
+        init = _pod(triton_deployment)["initContainers"][0]
+        assert init["image"] == "registry.example.com/models/llama-3.1-8b:v3"
+        assert _pod(_gateway_deployment(r))["initContainers"][0]["image"] == init["image"]
+
+
+def test_default_release_creates_a_kept_shared_model_claim(rendered: dict[str, Rendered]) -> None:
+    r = rendered["defaults"]
+    claim = r.one("PersistentVolumeClaim")
+    assert claim["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert "ReadWriteMany" in claim["spec"]["accessModes"]
+    assert r.maybe("PersistentVolumeClaim") is not None
+    assert rendered["managed-existing-pvc"].maybe("PersistentVolumeClaim") is None
+
+
+@pytest.mark.parametrize("scenario", ["external", "external-with-model-volume", "everything-external"])
+def test_external_triton_url_is_used_as_given_and_no_triton_is_rendered(
+    rendered: dict[str, Rendered], scenario: str
+) -> None:
+    r = rendered[scenario]
+    assert _settings(r)["GATEWAY_TRITON_URL"] == EXTERNAL_URL
+    assert [d["metadata"]["name"] for d in r.all("Deployment")] == [FULLNAME]
+    assert [s["metadata"]["name"] for s in r.all("Service")] == [FULLNAME]
+    assert r.maybe("PersistentVolumeClaim") is None
+    assert [c["name"] for c in _pod(_gateway_deployment(r))["containers"]] == ["gateway"]
+
+
+def test_external_triton_mounts_the_given_claim_read_only(rendered: dict[str, Rendered]) -> None:
+    assert "GATEWAY_MODEL_REPOSITORY" not in _settings(rendered["external"])
+    r = rendered["external-with-model-volume"]
+    assert _settings(r)["GATEWAY_MODEL_REPOSITORY"] == "/models/repository"
+    volume = next(v for v in _pod(_gateway_deployment(r))["volumes"] if v["name"] == "models")
+    assert volume["persistentVolumeClaim"] == {"claimName": "models-ro", "readOnly": True}
+
+
+@pytest.mark.parametrize("scenario", ["sidecar", "everything-sidecar"])
+def test_sidecar_puts_triton_in_the_gateway_pod_on_localhost(rendered: dict[str, Rendered], scenario: str) -> None:
+    r = rendered[scenario]
+    assert [d["metadata"]["name"] for d in r.all("Deployment")] == [FULLNAME]
+    deployment = _gateway_deployment(r)
+    triton = _container(deployment, "triton")
+    gateway = _container(deployment, "gateway")
+    host, port = _settings(r)["GATEWAY_TRITON_URL"].rsplit(":", 1)
+    assert host in ("127.0.0.1", "localhost")
+    assert int(port) == _named_port(triton, "grpc")
+    pod_ports = [p["containerPort"] for c in (triton, gateway) for p in c["ports"]]
+    assert len(pod_ports) == len(set(pod_ports)), f"port clash inside the pod: {pod_ports}"
+    assert triton["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert _pod(deployment)["tolerations"][0]["key"] == "nvidia.com/gpu"
+    assert deployment["spec"]["strategy"]["type"] == "Recreate"
+    assert {v["name"] for v in _pod(deployment)["volumes"]} >= {"models", "dshm", "tmp"}
+    names = {p["name"] for p in r.one("Service", FULLNAME)["spec"]["ports"]}
+    assert "grpc" not in names  # Triton stays private to its pod
+
+
+def test_sidecar_port_clash_with_triton_fails_early(render: RenderFn, helm: ModuleType) -> None:
+    with pytest.raises(helm.HelmRenderError, match="collides with triton.ports.http"):
+        render(_merge(SIDECAR, {"triton": {"ports": {"http": 8000}}}))
+
+
+# ---------------------------------------------------------------------------------------------
+# API keys
+
+
+def test_api_keys_from_values_live_only_in_the_secret(rendered: dict[str, Rendered]) -> None:
+    r = rendered["auth-values"]
+    secret = r.one("Secret")
+    assert base64.b64decode(secret["data"]["api-keys"]).decode().splitlines() == API_KEYS
+    for obj in r.objects:
+        if obj is not secret:
+            text = yaml.safe_dump(obj)
+            assert not any(key in text for key in API_KEYS), f"an API key leaks into {obj['kind']}"
+    assert not any(key in r.notes for key in API_KEYS)
+    _assert_keys_mounted(r, secret["metadata"]["name"], "api-keys")
+
+
+def test_existing_secret_is_referenced_not_created(rendered: dict[str, Rendered]) -> None:
+    for scenario in ("auth-existing-secret", "everything-external"):
+        r = rendered[scenario]
+        assert r.maybe("Secret") is None
+        _assert_keys_mounted(r, "gateway-api-keys", "keys.txt")
+        assert "gateway-api-keys" in r.notes
+
+
+def test_auth_off_mounts_no_keys(rendered: dict[str, Rendered]) -> None:
+    r = rendered["defaults"]
+    assert r.maybe("Secret") is None
+    assert "GATEWAY_API_KEY_FILE" not in _settings(r)
+    assert all("secret" not in v for v in _pod(_gateway_deployment(r))["volumes"])
+
+
+def _assert_keys_mounted(r: Rendered, secret_name: str, key: str) -> None:
+    pod = _pod(_gateway_deployment(r))
+    volume = next(v for v in pod["volumes"] if v["name"] == "api-keys")
+    assert volume["secret"]["secretName"] == secret_name
+    assert volume["secret"]["items"] == [{"key": key, "path": key}]
+    gateway = _container(_gateway_deployment(r), "gateway")
+    mount = next(m for m in gateway["volumeMounts"] if m["name"] == "api-keys")
+    assert mount["readOnly"] is True
+    assert _settings(r)["GATEWAY_API_KEY_FILE"] == f"{mount['mountPath']}/{key}"
+    assert "env" not in gateway or all("valueFrom" not in e or "secretKeyRef" not in e["valueFrom"] for e in gateway["env"])
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"auth": {"enabled": True}}, "auth.enabled needs"),
+        ({"auth": {"enabled": True, "apiKeys": ["a"], "existingSecret": "s"}}, "not both"),
+        ({"auth": {"enabled": True, "apiKeys": ["has space"]}}, "no whitespace"),
+        ({"triton": {"mode": "external"}}, "needs triton.external.url"),
+        ({"triton": {"mode": "external", "external": {"url": "grpc://triton:8001"}}}, "must be host:port"),
+        ({"triton": {"modelRepository": {"source": "image"}}}, "needs triton.modelRepository.image.repository"),
+        ({"triton": {"modelRepository": {"path": "/elsewhere"}}}, "must lie inside"),
+        ({"autoscaling": {"minReplicas": 5, "maxReplicas": 2}}, "must not exceed"),
+        ({"httpRoute": {"enabled": True}}, "needs httpRoute.parentRefs"),
+        ({"gateway": {"metrics": {"enabled": False, "serviceMonitor": {"enabled": True}}}}, "needs gateway.metrics.enabled"),
+    ],
+)
+def test_impossible_combinations_fail_at_render_with_a_clear_message(
+    render: RenderFn, helm: ModuleType, values: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(helm.HelmRenderError, match=re.escape(message)):
+        render(values)
+
+
+# ---------------------------------------------------------------------------------------------
+# scaling and disruption
+
+
+def test_hpa_owns_replicas_when_on_and_the_deployment_when_off(rendered: dict[str, Rendered]) -> None:
+    on = rendered["defaults"]
+    hpa = on.one("HorizontalPodAutoscaler")
+    assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": FULLNAME}
+    assert "replicas" not in _gateway_deployment(on)["spec"]
+    off = rendered["hpa-off"]
+    assert off.maybe("HorizontalPodAutoscaler") is None
+    assert _gateway_deployment(off)["spec"]["replicas"] == 3
+
+
+@pytest.mark.parametrize("scenario", ["defaults", "sidecar", "hpa-off"])
+def test_pdb_selects_the_gateway_pods(rendered: dict[str, Rendered], scenario: str) -> None:
+    r = rendered[scenario]
+    pdb = r.one("PodDisruptionBudget")
+    labels = _gateway_deployment(r)["spec"]["template"]["metadata"]["labels"]
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert pdb["spec"]["maxUnavailable"] >= 1  # a single replica must not block node drains
+
+
+# ---------------------------------------------------------------------------------------------
+# streaming through ingress / Gateway API, metrics
+
+
+@pytest.mark.parametrize("scenario", ["ingress", "everything-external", "everything-sidecar"])
+def test_ingress_turns_buffering_off_and_keeps_long_streams(rendered: dict[str, Rendered], scenario: str) -> None:
+    r = rendered[scenario]
+    ingress = r.one("Ingress")
+    annotations = ingress["metadata"]["annotations"]
+    assert annotations["nginx.ingress.kubernetes.io/proxy-buffering"] == "off"
+    assert annotations["nginx.ingress.kubernetes.io/proxy-request-buffering"] == "off"
+    assert int(annotations["nginx.ingress.kubernetes.io/proxy-read-timeout"]) >= 600
+    assert int(annotations["nginx.ingress.kubernetes.io/proxy-send-timeout"]) >= 600
+    backend = ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]
+    service = r.one("Service", backend["name"])
+    assert _service_port(service, backend["port"]["name"])
+    assert "https://llm.example.com/v1" in r.notes
+
+
+def test_ingress_user_annotations_win_over_streaming_defaults(render: RenderFn) -> None:
+    r = render(_merge(INGRESS, {"ingress": {"annotations": {
+        "nginx.ingress.kubernetes.io/proxy-read-timeout": "7200", "example.com/team": "llm"}}}))
+    annotations = r.one("Ingress")["metadata"]["annotations"]
+    assert annotations["nginx.ingress.kubernetes.io/proxy-read-timeout"] == "7200"
+    assert annotations["example.com/team"] == "llm"
+    assert annotations["nginx.ingress.kubernetes.io/proxy-buffering"] == "off"
+    plain = render(_merge(INGRESS, {"ingress": {"streaming": False}})).one("Ingress")
+    assert "annotations" not in plain["metadata"]
+
+
+@pytest.mark.parametrize("scenario", ["httproute", "everything-external"])
+def test_httproute_is_well_formed_and_never_cuts_a_stream(rendered: dict[str, Rendered], scenario: str) -> None:
+    r = rendered[scenario]
+    route = r.one("HTTPRoute")
+    assert route["apiVersion"] == "gateway.networking.k8s.io/v1"
+    assert route["metadata"]["name"] == FULLNAME
+    spec = route["spec"]
+    assert spec["parentRefs"] == [{"name": "public", "namespace": "gateway-system"}]
+    assert spec["hostnames"] == ["llm.example.com"]
+    (rule,) = spec["rules"]
+    assert rule["matches"] == [{"path": {"type": "PathPrefix", "value": "/"}}]
+    assert rule["timeouts"]["request"] == "0s"
+    (backend,) = rule["backendRefs"]
+    service = r.one("Service", backend["name"])
+    assert backend["port"] in [p["port"] for p in service["spec"]["ports"]]
+    assert set(route) == {"apiVersion", "kind", "metadata", "spec"}
+
+
+@pytest.mark.parametrize("scenario", ["managed-image", "sidecar"])
+def test_service_monitors_scrape_declared_ports(rendered: dict[str, Rendered], scenario: str) -> None:
+    r = rendered[scenario]
+    monitors = r.all("ServiceMonitor")
+    assert monitors
+    services = r.all("Service")
+    for monitor in monitors:
+        assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+        assert monitor["metadata"]["labels"]["release"] == "prom"
+        assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+        selected = [s for s in services
+                    if monitor["spec"]["selector"]["matchLabels"].items() <= s["metadata"]["labels"].items()]
+        assert len(selected) == 1, monitor["metadata"]["name"]
+        ports = {p["name"] for p in selected[0]["spec"]["ports"]}
+        for endpoint in monitor["spec"]["endpoints"]:
+            assert endpoint["port"] in ports and endpoint["path"] == "/metrics"
+            assert re.fullmatch(r"\d+[smh]", endpoint["interval"])
+    gateway_monitor = r.one("ServiceMonitor", FULLNAME)
+    assert gateway_monitor["spec"]["endpoints"][0]["port"] == "http"
+    assert rendered["defaults"].maybe("ServiceMonitor") is None
+
+
+# ---------------------------------------------------------------------------------------------
+# NOTES
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_notes_print_a_curl_for_this_release(rendered: dict[str, Rendered], scenario: str) -> None:
+    r = rendered[scenario]
+    notes = r.notes
+    assert "curl -N $OPENAI_BASE_URL/chat/completions" in notes
+    assert '"stream\\": true' in notes
+    assert f"-n {NAMESPACE}" in notes
+    if not (SCENARIOS[scenario].get("ingress") or SCENARIOS[scenario].get("httpRoute")):
+        port = r.one("Service", FULLNAME)["spec"]["ports"][0]["port"]
+        assert f"port-forward service/{FULLNAME} {port}:{port}" in notes
+    if SCENARIOS[scenario].get("auth"):
+        assert "get secret" in notes and "base64 -d" in notes
