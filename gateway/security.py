@@ -60,8 +60,9 @@ class ApiKeyMiddleware:
 
 
 class BodySizeLimitMiddleware:
-    """413 for bodies over the limit: at once from ``Content-Length``, or as soon as a chunked
-    body crosses it (the handler sees the error raised from ``receive``)."""
+    """413 for bodies over the limit: at once from ``Content-Length``, else while reading a chunked
+    body. The body is read here (it is small JSON that the app reads whole anyway) and replayed to
+    the app, so an oversized body never reaches the request parser, which would call it a 400."""
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app = app
@@ -71,7 +72,7 @@ class BodySizeLimitMiddleware:
         return PayloadTooLargeError(f"The request body is larger than the {self.limit} bytes this gateway accepts.")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
             await self.app(scope, receive, send)
             return
         for name, value in scope["headers"]:
@@ -80,15 +81,30 @@ class BodySizeLimitMiddleware:
                     await send_error(send, self._error())
                     return
                 break
-        received = 0
-
-        async def limited_receive() -> Message:
-            nonlocal received
+        chunks: list[bytes] = []
+        size = 0
+        first: Message | None = None
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.limit:
-                    raise self._error()
-            return message
+            if message["type"] != "http.request":
+                first = message  # the client left while sending: let the app see it
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.limit:
+                await send_error(send, self._error())
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        replay: Message = first or {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+        replayed = False
 
-        await self.app(scope, limited_receive, send)
+        async def replaying_receive() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return replay
+            return await receive()
+
+        await self.app(scope, replaying_receive, send)

@@ -60,7 +60,8 @@ _UINT32 = struct.Struct("<I")
 _ERROR_PATTERNS: tuple[tuple[re.Pattern[str], type[GatewayError]], ...] = (
     (re.compile(r"LoRA .* is not supported"), ModelNotFoundError),
     (re.compile(r"unknown model|is not found|not ready|unavailable model", re.I), BackendUnavailableError),
-    (re.compile(r"not supported by|invalid sampling|unknown sampling|INVALID_ARG", re.I), InvalidRequestError),
+    (re.compile(r"not supported by|invalid sampling|unknown sampling|sampling_parameters|INVALID_ARG", re.I),
+     InvalidRequestError),
 )
 
 _STATUS_ERRORS: dict[grpc.StatusCode, type[GatewayError]] = {

@@ -136,7 +136,7 @@ async def test_two_hundred_streams_dropped_at_random_leave_nothing_in_triton(
     body = {"model": SCRIPTED, "prompt": slow_script(responses=200, delay=0.02), "stream": True}
     limits = httpx.Limits(max_connections=250)
 
-    async def one(http: httpx.AsyncClient, drop_after: float) -> None:
+    async def one(http: httpx.AsyncClient, drop_after: float) -> float:
         try:
             async with asyncio.timeout(drop_after):
                 async with http.stream("POST", "/v1/completions", json=body) as response:
@@ -144,12 +144,13 @@ async def test_two_hundred_streams_dropped_at_random_leave_nothing_in_triton(
                         pass
         except TimeoutError:
             pass
+        return time.monotonic()  # the response is closed: this client is gone
 
     async with httpx.AsyncClient(base_url=gateway.url, timeout=30, limits=limits) as http:
-        await asyncio.gather(*(one(http, rng.uniform(0.0, 2.0)) for _ in range(200)))
-    dropped_at = time.monotonic()
+        dropped = await asyncio.gather(*(one(http, rng.uniform(0.0, 2.0)) for _ in range(200)))
     assert wait_for(lambda: scripted_in_flight(triton) == 0, timeout=5.0)
-    assert time.monotonic() - dropped_at < 1.0, "Triton still had work a second after every client left"
+    settled = time.monotonic()
+    assert settled - max(dropped) < 1.0, f"Triton still had work {settled - max(dropped):.2f} s after the last client left"
     metrics = httpx.get(gateway.url + "/metrics").text
     assert 'gateway_cancellations_total{reason="client_disconnect"}' in metrics
 

@@ -48,6 +48,7 @@ def _inputs_record(request: Any) -> dict[str, Any]:
     except json.JSONDecodeError:
         record["sampling_parameters"] = raw_params.decode("utf-8", errors="replace")
     record["parameters"] = json.loads(request.parameters() or "{}")
+    record["request_id"] = request.request_id()
     return record
 
 
