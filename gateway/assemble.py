@@ -193,3 +193,22 @@ class GenerationAssembler:
             text = choice.finish("length" if capped else "stop")
             events.append(ChoiceEvent(index, text, choice.finish_reason, None))
         return events
+
+
+def coalesce(events: list[ChoiceEvent]) -> list[ChoiceEvent]:
+    """Join consecutive text of the same choice into one event (one chunk on the wire). Events
+    carrying logprobs are kept apart, since their per-token entries must stay aligned."""
+    if len(events) < 2:
+        return events
+    out: list[ChoiceEvent] = []
+    where: dict[int, int] = {}
+    for event in events:
+        at = where.get(event.index)
+        if at is not None:
+            previous = out[at]
+            if previous.finish_reason is None and previous.logprobs is None and event.logprobs is None:
+                out[at] = ChoiceEvent(event.index, previous.text + event.text, event.finish_reason, None)
+                continue
+        where[event.index] = len(out)
+        out.append(event)
+    return out

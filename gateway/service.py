@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.admission import Admission, Ticket
-from gateway.assemble import ChoiceEvent, GenerationAssembler, Usage
+from gateway.assemble import ChoiceEvent, GenerationAssembler, Usage, coalesce
 from gateway.backend.types import Backend, GenerationRequest
 from gateway.catalog import ModelCatalog, ServedModel
 from gateway.config import Settings
@@ -32,7 +32,7 @@ from gateway.metrics import Metrics, RequestRecord
 from gateway.logprobs import chat_logprobs, completion_logprobs, merge_completion_logprobs
 from gateway.responses import DONE_FRAME, ChunkEncoder, chat_completion, error_frame, text_completion
 from gateway.schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
-from gateway.streams import Tagged, merge_tagged, tag
+from gateway.streams import Tagged, batched, merge_tagged, tag
 from gateway.translate.chat import chat_max_tokens, render_chat_prompt, to_generation_request
 from gateway.translate.completions import check_completion_options, completion_prompts, to_completion_generation
 from gateway.translate.models import ResolvedModel, resolve_model
@@ -314,40 +314,55 @@ class CompletionService:
 
     async def stream(self, prepared: PreparedGeneration, ticket: Ticket) -> AsyncIterator[bytes]:
         """SSE frames. Errors before the first backend response propagate (so the edge can still
-        answer with a status code); after that they become one error event that ends the stream."""
+        answer with a status code); after that they become one error event that ends the stream.
+        Backend responses that piled up while the client was being written to are sent as one
+        coalesced chunk per choice (see ``streams.batched``)."""
         encoder = self._encoder(prepared)
         run = _Run(prepared)
         record = prepared.record
         assert record is not None
         gap = self.metrics.inter_token_latency.labels(record.model)
         continuous = prepared.continuous_usage
-        source = self._source(prepared)
+        batches = batched(self._source(prepared))
         status, reason, error = 499, "client_disconnect", None
+        final = False
+
+        def feed(batch: list[Tagged]) -> list[ChoiceEvent]:
+            nonlocal final
+            events: list[ChoiceEvent] = []
+            for item in batch:
+                final = item[1].final
+                events.extend(run.feed(item))
+                if run.done:
+                    break
+            return coalesce(events)
+
         try:
             try:
-                first = await anext(source, None)
+                first = await anext(batches, None)
             except GatewayError as exc:
                 status, reason, error = exc.status_code, self._error_outcome(exc), exc
                 raise
             record.first_token = record.last_token = time.perf_counter()
-            events = run.feed(first) if first is not None else run.close()
+            if first is None:
+                final, events = True, run.close()
+            else:
+                events = feed(first)
             choices = prepared.n * len(prepared.requests)
             opening = encoder.role_chunks(choices, run.usage if continuous else None)
             if prepared.echo:
                 echoed = [ChoiceEvent(i, prepared.echo[i // prepared.n], None, None) for i in range(choices)]
                 opening += encoder.events(echoed, run.usage if continuous else None)
             yield opening
-            final = first is None or first[1].final
             try:
                 if events:
                     yield encoder.events(events, run.usage if continuous else None)
                 if not run.done:
-                    async for item in source:
+                    async for batch in batches:
                         now = time.perf_counter()
                         gap.observe(now - record.last_token)
                         record.last_token = now
-                        final = item[1].final
-                        events = run.feed(item)
+                        events = feed(batch)
                         if events:
                             yield encoder.events(events, run.usage if continuous else None)
                         if run.done:
@@ -367,7 +382,7 @@ class CompletionService:
             status, reason = 200, (None if final or len(prepared.requests) > 1 else "stop_string")
             yield DONE_FRAME
         finally:
-            await source.aclose()  # type: ignore[attr-defined]
+            await batches.aclose()  # type: ignore[attr-defined]
             ticket.release()
             self._finish(prepared, run, status, reason, error)
 

@@ -7,6 +7,7 @@ Triton call, so a merged stream that stops early must not leave any of its sourc
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from typing import TypeVar
 
@@ -48,3 +49,57 @@ async def merge_tagged(sources: Sequence[AsyncIterator[GenerationChunk]]) -> Asy
             await asyncio.wait(pending)
         for source in sources:
             await source.aclose()  # type: ignore[attr-defined]
+
+
+_pumps: set[asyncio.Task[None]] = set()
+
+
+async def batched(source: AsyncIterator[T]) -> AsyncIterator[list[T]]:
+    """Everything that arrived since the previous batch, as one batch.
+
+    A pump task reads ``source`` as fast as it produces; the consumer takes whatever piled up while
+    it was busy writing to a slow client. So a slow reader gets fewer, larger chunks instead of a
+    queue of tiny ones, and under CPU pressure the gateway makes fewer socket writes per token.
+    The pile is bounded by what the backend generates for one request; the backend is never
+    paused. Closing this generator cancels the pump, which closes ``source`` (and so cancels the
+    Triton call).
+    """
+    buffer: deque[T] = deque()
+    ready = asyncio.Event()
+    finished = False
+    failure: BaseException | None = None
+
+    async def pump() -> None:
+        nonlocal finished, failure
+        try:
+            async for item in source:
+                buffer.append(item)
+                ready.set()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # handed to the consumer, raised there
+            failure = exc
+        finally:
+            finished = True
+            ready.set()
+            await source.aclose()  # type: ignore[attr-defined]
+
+    task = asyncio.ensure_future(pump())
+    _pumps.add(task)
+    task.add_done_callback(_pumps.discard)
+    try:
+        while True:
+            if not buffer and not finished:
+                await ready.wait()
+                ready.clear()
+            if buffer:
+                items = list(buffer)
+                buffer.clear()
+                yield items
+            elif finished:
+                if failure is not None:
+                    raise failure
+                return
+    finally:
+        if not task.done():
+            task.cancel()  # not awaited: the pump's cleanup is synchronous up to the gRPC cancel

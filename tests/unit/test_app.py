@@ -79,7 +79,7 @@ async def test_include_usage_adds_one_last_chunk_and_nulls_elsewhere(tmp_path: P
 
 
 async def test_stop_string_ends_stream_and_closes_backend_early(tmp_path: Path) -> None:
-    backend = ScriptedBackend(text_chunks(b"ab", b"cE", b"ND", b"more", b"more", reason="length"))
+    backend = ScriptedBackend(text_chunks(b"ab", b"cE", b"ND", b"more", b"more", reason="length"), delay=0.05)
     response = await call(backend, make_repo(tmp_path), "POST", "/v1/chat/completions", json=chat(stream=True, stop="END"))
     chunks = [json.loads(e) for e in sse_events(response.text)[:-1]]
     assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == "abc"

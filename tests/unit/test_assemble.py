@@ -124,3 +124,14 @@ def test_find_stop_prefers_the_stop_that_completes_first() -> None:
 def test_partial_stop_length_is_longest_suffix_prefix() -> None:
     assert partial_stop_length("hello ST", ["STOP", "T"]) == 2
     assert partial_stop_length("hello", ["STOP"]) == 0
+
+
+def test_coalesce_joins_text_of_a_choice_and_keeps_finish_last() -> None:
+    from gateway.assemble import ChoiceEvent, coalesce
+
+    events = [ChoiceEvent(0, "a", None, None), ChoiceEvent(1, "x", None, None), ChoiceEvent(0, "b", "stop", None),
+              ChoiceEvent(0, "c", None, None)]
+    assert coalesce(events) == [ChoiceEvent(0, "ab", "stop", None), ChoiceEvent(1, "x", None, None),
+                                ChoiceEvent(0, "c", None, None)]
+    with_logprobs = [ChoiceEvent(0, "a", None, {"content": [1]}), ChoiceEvent(0, "b", None, {"content": [2]})]
+    assert coalesce(with_logprobs) == with_logprobs
