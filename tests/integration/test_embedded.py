@@ -1,0 +1,64 @@
+"""The one-command mode: ``triton-openai-gateway --embedded`` starts Triton with the tiny model,
+serves it, and takes Triton down with it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import openai
+
+from gateway.triton_launcher import free_port
+from tests.integration.conftest import ROOT, wait_for
+
+
+def test_embedded_mode_serves_the_tiny_model_and_stops_triton(tmp_path: Path) -> None:
+    port = free_port()
+    log = tmp_path / "gateway.log"
+    triton_log = tmp_path / "triton.log"
+    with open(log, "wb") as handle:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "--embedded", "--port", str(port), "--triton-log-file", str(triton_log)],
+            stdout=handle, stderr=subprocess.STDOUT, cwd=tmp_path, env=dict(os.environ),
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        def ready() -> bool:
+            try:
+                return httpx.get(url + "/health/ready", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        assert wait_for(ready, timeout=90, interval=0.3), log.read_text()
+        with openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0) as sdk:
+            models = {m.id for m in sdk.models.list().data}
+            assert {"tiny-llm", "tiny-llm:alpha", "tiny-llm:beta"} <= models
+            chunks = list(sdk.chat.completions.create(model="tiny-llm", messages=[{"role": "user", "content": "Hi"}],
+                                                      max_tokens=8, stream=True))
+            assert chunks[-1].choices[0].finish_reason in {"stop", "length"}
+        text = log.read_text()
+        assert "curl -N" in text  # it prints how to call it
+        triton_pid = _triton_pid(process.pid)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0, log.read_text()
+    time.sleep(0.5)
+    assert not Path(f"/proc/{triton_pid}").exists(), "tritonserver outlived the gateway"
+
+
+def _triton_pid(parent: int) -> int:
+    children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
+    pids = [int(p) for p in children if "tritonserver" in Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace")]
+    assert pids, "no tritonserver child found"
+    return pids[0]
+
+
+def test_help_lists_every_flag() -> None:
+    out = subprocess.run([sys.executable, "-m", "gateway", "--help"], capture_output=True, text=True, cwd=ROOT,
+                         check=True).stdout
+    assert "--triton-url" in out and "--embedded" in out and "GATEWAY_" in out
