@@ -102,9 +102,9 @@ def load_tokenizer(directory: Path) -> Any:
 class ModelCatalog:
     """A snapshot of served models, refreshed from the backend at most every ``refresh_interval``."""
 
-    def __init__(self, backend: Backend, repository: Path | None, refresh_interval: float = 10.0) -> None:
+    def __init__(self, backend: Backend, repositories: list[Path], refresh_interval: float = 10.0) -> None:
         self._backend = backend
-        self._repository = repository
+        self._repositories = repositories
         self._refresh_interval = refresh_interval
         self._models: dict[str, ServedModel] = {}
         self._refreshed_at = float("-inf")
@@ -127,9 +127,11 @@ class ModelCatalog:
         self._refreshed_at = time.monotonic()
 
     def _describe(self, model: BackendModel, previous: ServedModel | None) -> ServedModel:
-        files = (
-            read_local_model_files(self._repository, model.name) if self._repository else LocalModelFiles()
-        )
+        files = LocalModelFiles()
+        for repository in self._repositories:  # Triton serves a name from one repository only
+            files = read_local_model_files(repository, model.name)
+            if files != LocalModelFiles():
+                break
         template = self._template(files.tokenizer_dir) if files.tokenizer_dir else None
         return ServedModel(
             name=model.name,

@@ -15,6 +15,8 @@ from typing import Any, get_args
 
 import uvicorn
 
+from pydantic_settings import NoDecode
+
 from gateway.config import ENV_PREFIX, Settings
 from gateway.logs import configure_logging
 
@@ -45,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
         if annotation is bool:
             parser.add_argument(_flag(name), action=argparse.BooleanOptionalAction, default=None, help=help_text)
             continue
-        if getattr(annotation, "__origin__", None) is list:
+        no_decode = any(isinstance(m, NoDecode) or m is NoDecode for m in field.metadata)
+        if getattr(annotation, "__origin__", None) is list and not no_decode:
             parser.add_argument(_flag(name), dest=name, default=None, type=_parse_list, help=help_text)
             continue
         choices = get_args(annotation) if getattr(annotation, "__origin__", None) is not None and str(annotation).startswith("typing.Literal") else None
@@ -69,13 +72,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if settings.embedded:
         from gateway.triton_launcher import DEFAULT_MODEL_REPOSITORY, TritonLaunchError, TritonServer
 
-        repository = settings.model_repository or DEFAULT_MODEL_REPOSITORY
+        repositories = settings.model_repository or [DEFAULT_MODEL_REPOSITORY]
+        extra = tuple(f"--model-repository={r}" for r in repositories[1:])
         try:
-            triton = TritonServer(repository, log_file=settings.triton_log_file).start()
+            triton = TritonServer(repositories[0], log_file=settings.triton_log_file, extra_args=extra).start()
         except TritonLaunchError as exc:
             logging.getLogger("gateway").error("%s", exc)
             return 2
-        settings = settings.model_copy(update={"triton_url": triton.grpc_url, "model_repository": repository})
+        settings = settings.model_copy(update={"triton_url": triton.grpc_url, "model_repository": repositories})
         logging.getLogger("gateway").info(
             "embedded Triton ready on %s (log: %s)", triton.grpc_url, triton.log_file
         )

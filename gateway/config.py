@@ -9,10 +9,10 @@ a ``Settings`` by hand and know it sees everything.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 ENV_PREFIX = "GATEWAY_"
 
@@ -41,9 +41,10 @@ class Settings(BaseSettings):
     """Start a local tritonserver (from the nvidia-pytriton wheel) against ``model_repository``
     and serve it. Needs the ``local`` extra."""
 
-    model_repository: Path | None = None
-    """Triton model repository on a filesystem the gateway can read. Used to find each model's
-    tokenizer/chat template (``<model>/1/model.json`` → ``"model"``) and LoRA adapters
+    model_repository: Annotated[list[Path], NoDecode] = Field(default_factory=list)
+    """Triton model repositories on a filesystem the gateway can read (several separated by
+    commas, as Triton takes several). Used to find each model's tokenizer/chat template
+    (``<model>/1/model.json`` → ``"model"``), context length and LoRA adapters
     (``<model>/1/multi_lora.json``). Embedded mode defaults it to the shipped tiny model."""
 
     triton_log_file: Path | None = None
@@ -143,6 +144,13 @@ class Settings(BaseSettings):
                 if line and not line.startswith("#"):
                     keys.add(line)
         return frozenset(keys)
+
+    @field_validator("model_repository", mode="before")
+    @classmethod
+    def _split_repositories(cls, value: object) -> object:
+        if isinstance(value, (str, Path)):
+            return [Path(p.strip()) for p in str(value).split(",") if p.strip()]
+        return value
 
     @field_validator("lora_separator")
     @classmethod

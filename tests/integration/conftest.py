@@ -57,7 +57,7 @@ def start_gateway(triton_url: str, log: Path, *extra: str, env: dict[str, str] |
         sys.executable, "-m", "gateway",
         "--triton-url", triton_url,
         "--port", str(port),
-        "--model-repository", str(REFERENCE_REPOSITORY),
+        "--model-repository", f"{REFERENCE_REPOSITORY},{TEST_REPOSITORY}",
         "--log-level", "info",
         *extra,
     ]

@@ -32,7 +32,7 @@ def make_repo(tmp_path: Path, name: str = "m", adapters: tuple[str, ...] = ()) -
 
 
 async def call(backend: ScriptedBackend, repo: Path, method: str, path: str, **kwargs: object) -> httpx.Response:
-    app = create_app(Settings(model_repository=repo, first_response_wait=1.0), backend=backend)
+    app = create_app(Settings(model_repository=[repo], first_response_wait=1.0), backend=backend)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:

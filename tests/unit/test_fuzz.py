@@ -28,7 +28,7 @@ ERROR_KEYS = {"message", "type", "param", "code"}
 def _app(tmp: Path):  # type: ignore[no-untyped-def]
     repo = make_repo(tmp, adapters=("x",))
     backend = ScriptedBackend(text_chunks(b"he", b"llo", reason="length"))
-    return create_app(Settings(model_repository=repo, first_response_wait=0.5, max_n=4), backend=backend)
+    return create_app(Settings(model_repository=[repo], first_response_wait=0.5, max_n=4), backend=backend)
 
 
 def _build() -> Any:

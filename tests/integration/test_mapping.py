@@ -1,0 +1,93 @@
+"""What the gateway sends to Triton, field by field (the scripted model echoes its inputs).
+
+This pins the mapping table of docs/API.md: OpenAI and vLLM-extension fields → the vLLM-backend
+tensors and ``sampling_parameters`` keys, with real JSON types.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.integration.conftest import GatewayProcess
+
+ECHO = json.dumps({"echo_inputs": True})
+
+
+def sent(gateway: GatewayProcess, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    response = httpx.post(gateway.url + path, json={"model": "scripted", **body}, timeout=30)
+    assert response.status_code == 200, response.text
+    reply = response.json()["choices"][0]
+    return json.loads(reply["message"]["content"] if "message" in reply else reply["text"])
+
+
+def chat(gateway: GatewayProcess, **fields: Any) -> dict[str, Any]:
+    return sent(gateway, "/v1/chat/completions", {"messages": [{"role": "user", "content": ECHO}], **fields})
+
+
+def test_tensors_always_sent(gateway: GatewayProcess) -> None:
+    inputs = chat(gateway, max_tokens=5)
+    assert inputs["exclude_input_in_output"] is True
+    assert inputs["return_finish_reason"] is True
+    assert inputs["return_num_input_tokens"] is True and inputs["return_num_output_tokens"] is True
+    assert inputs["stream"] is False
+    assert inputs["sampling_parameters"] == {"max_tokens": 5, "n": 1}
+
+
+def test_chat_template_renders_the_prompt(gateway: GatewayProcess) -> None:
+    with_prompt = chat(gateway, max_tokens=5)["text_input"]
+    assert with_prompt == f"<|im_start|>user\n{ECHO}<|im_end|>\n<|im_start|>assistant\n"
+    without = chat(gateway, max_tokens=5, add_generation_prompt=False)["text_input"]
+    assert without == f"<|im_start|>user\n{ECHO}<|im_end|>\n"
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ({"temperature": 0.5, "top_p": 0.9, "seed": 3}, {"temperature": 0.5, "top_p": 0.9, "seed": 3}),
+        ({"presence_penalty": 0.5, "frequency_penalty": -0.5}, {"presence_penalty": 0.5, "frequency_penalty": -0.5}),
+        # control characters: always escaped in the echoed JSON, so the gateway's own stop cut never fires
+        ({"stop": "\u0001"}, {"stop": ["\u0001"]}),
+        ({"stop": ["\u0001", "\u0002"], "include_stop_str_in_output": True},
+         {"stop": ["\u0001", "\u0002"], "include_stop_str_in_output": True}),
+        ({"logit_bias": {"12": 5}}, {"logit_bias": {"12": 5.0}}),
+        ({"top_k": 5, "min_p": 0.1, "repetition_penalty": 1.2}, {"top_k": 5, "min_p": 0.1, "repetition_penalty": 1.2}),
+        ({"min_tokens": 2, "ignore_eos": False, "stop_token_ids": [7]}, {"min_tokens": 2, "ignore_eos": False, "stop_token_ids": [7]}),
+        ({"skip_special_tokens": False}, {"skip_special_tokens": False}),
+        ({"n": 2}, {"n": 2}),
+        ({"max_tokens": 9, "max_completion_tokens": 4}, {"max_tokens": 4}),
+        ({"logprobs": True, "top_logprobs": 3}, {"logprobs": 3}),
+        ({"response_format": {"type": "json_object"}}, {"structured_outputs": json.dumps({"json_object": True})}),
+        ({"response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": {"type": "object"}}}},
+         {"structured_outputs": json.dumps({"json": {"type": "object"}})}),
+    ],
+)
+def test_chat_fields_map_to_sampling_parameters(gateway: GatewayProcess, fields: dict[str, Any],
+                                                expected: dict[str, Any]) -> None:
+    params = chat(gateway, **{"max_tokens": 5, **fields})["sampling_parameters"]
+    for key, value in expected.items():
+        assert params[key] == value, key
+        assert type(params[key]) is type(value), key  # real JSON types, never strings
+
+
+def test_logprobs_ask_for_the_logprobs_tensor(gateway: GatewayProcess) -> None:
+    assert chat(gateway, max_tokens=5, logprobs=True)["return_logprobs"] is True
+    assert chat(gateway, max_tokens=5)["return_logprobs"] is None
+
+
+def test_base_model_sends_no_lora_name(gateway: GatewayProcess) -> None:
+    params = sent(gateway, "/v1/completions", {"prompt": ECHO, "max_tokens": 3})["sampling_parameters"]
+    assert "lora_name" not in params
+
+
+def test_default_max_tokens_is_the_context_room(gateway: GatewayProcess) -> None:
+    params = chat(gateway)["sampling_parameters"]
+    assert 2048 - 64 < params["max_tokens"] < 2048  # scripted's model.json says max_model_len 2048
+
+
+def test_unknown_fields_are_not_forwarded(gateway: GatewayProcess) -> None:
+    params = chat(gateway, max_tokens=5, user="u", store=True, some_new_knob=1)["sampling_parameters"]
+    assert set(params) == {"max_tokens", "n"}
