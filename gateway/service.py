@@ -32,7 +32,7 @@ from gateway.metrics import Metrics, RequestRecord
 from gateway.logprobs import chat_logprobs, completion_logprobs, merge_completion_logprobs
 from gateway.responses import DONE_FRAME, ChunkEncoder, chat_completion, error_frame, text_completion
 from gateway.schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
-from gateway.streams import Tagged, batched, merge_tagged, tag
+from gateway.streams import Tagged, batched, merge_tagged
 from gateway.translate.chat import chat_max_tokens, render_chat_prompt, to_generation_request
 from gateway.translate.completions import check_completion_options, completion_prompts, to_completion_generation
 from gateway.translate.models import ResolvedModel, resolve_model
@@ -275,8 +275,14 @@ class CompletionService:
     # -- generate, assemble, encode ---------------------------------------------------------------
 
     def _source(self, prepared: PreparedGeneration) -> AsyncIterator[Tagged]:
-        generations = [self.backend.generate(r) for r in prepared.requests]
-        return tag(generations[0]) if len(generations) == 1 else merge_tagged(generations)
+        """Tagged chunks of every prompt's generation (non-streaming path)."""
+        return merge_tagged([self.backend.generate(r) for r in prepared.requests])
+
+    def _batches(self, prepared: PreparedGeneration) -> AsyncIterator[list[Tagged]]:
+        """Tagged chunks in batches (streaming path); one prompt needs no merge layer."""
+        if len(prepared.requests) == 1:
+            return batched(self.backend.generate(prepared.requests[0]), position=0)
+        return batched(self._source(prepared))
 
     def _encoder(self, prepared: PreparedGeneration) -> ChunkEncoder:
         return ChunkEncoder(
@@ -323,7 +329,7 @@ class CompletionService:
         assert record is not None
         gap = self.metrics.inter_token_latency.labels(record.model)
         continuous = prepared.continuous_usage
-        batches = batched(self._source(prepared))
+        batches = self._batches(prepared)
         status, reason, error = 499, "client_disconnect", None
         final = False
 

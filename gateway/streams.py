@@ -1,4 +1,5 @@
-"""Async-iterator plumbing for requests with several backend generations (a list of prompts).
+"""Async-iterator plumbing between the backend and the stream: batching, and merging several
+backend generations (a list of prompts).
 
 Both helpers close every source in ``finally``: closing a backend generation is what cancels its
 Triton call, so a merged stream that stops early must not leave any of its sources running.
@@ -9,21 +10,12 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from gateway.backend.types import GenerationChunk
 
 T = TypeVar("T")
 Tagged = tuple[int, GenerationChunk]
-
-
-async def tag(source: AsyncIterator[GenerationChunk]) -> AsyncIterator[Tagged]:
-    """The single-source case: no tasks, just the position 0."""
-    try:
-        async for item in source:
-            yield 0, item
-    finally:
-        await source.aclose()  # type: ignore[attr-defined]
 
 
 async def merge_tagged(sources: Sequence[AsyncIterator[GenerationChunk]]) -> AsyncIterator[Tagged]:
@@ -54,7 +46,7 @@ async def merge_tagged(sources: Sequence[AsyncIterator[GenerationChunk]]) -> Asy
 _pumps: set[asyncio.Task[None]] = set()
 
 
-async def batched(source: AsyncIterator[T]) -> AsyncIterator[list[T]]:
+async def batched(source: AsyncIterator[Any], position: int | None = None) -> AsyncIterator[list[Any]]:
     """Everything that arrived since the previous batch, as one batch.
 
     A pump task reads ``source`` as fast as it produces; the consumer takes whatever piled up while
@@ -62,9 +54,10 @@ async def batched(source: AsyncIterator[T]) -> AsyncIterator[list[T]]:
     queue of tiny ones, and under CPU pressure the gateway makes fewer socket writes per token.
     The pile is bounded by what the backend generates for one request; the backend is never
     paused. Closing this generator cancels the pump, which closes ``source`` (and so cancels the
-    Triton call).
+    Triton call). With ``position``, items are tagged ``(position, item)`` on the way, as
+    ``merge_tagged`` tags them for several sources, without another generator layer.
     """
-    buffer: deque[T] = deque()
+    buffer: deque[Any] = deque()
     ready = asyncio.Event()
     finished = False
     failure: BaseException | None = None
@@ -72,9 +65,14 @@ async def batched(source: AsyncIterator[T]) -> AsyncIterator[list[T]]:
     async def pump() -> None:
         nonlocal finished, failure
         try:
-            async for item in source:
-                buffer.append(item)
-                ready.set()
+            if position is None:
+                async for item in source:
+                    buffer.append(item)
+                    ready.set()
+            else:
+                async for item in source:
+                    buffer.append((position, item))
+                    ready.set()
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # handed to the consumer, raised there

@@ -19,7 +19,7 @@ import logging
 import re
 import struct
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
@@ -127,8 +127,11 @@ def build_infer_request(request: GenerationRequest) -> Any:
 
 def _split_bytes(raw: bytes) -> list[bytes]:
     """Triton's BYTES serialization: each element is a uint32 little-endian length and the bytes."""
+    end = len(raw)
+    if end >= 4 and int.from_bytes(raw[:4], "little") == end - 4:
+        return [raw[4:]]  # the common case: one sequence
     out: list[bytes] = []
-    offset, end = 0, len(raw)
+    offset = 0
     while offset < end:
         (length,) = _UINT32.unpack_from(raw, offset)
         offset += 4
@@ -137,24 +140,32 @@ def _split_bytes(raw: bytes) -> list[bytes]:
     return out
 
 
-def _numbers(raw: bytes, datatype: str) -> list[int] | list[float]:
-    if datatype == "UINT32":
-        return list(struct.unpack(f"<{len(raw) // 4}I", raw))
-    if datatype == "INT32":
-        return list(struct.unpack(f"<{len(raw) // 4}i", raw))
-    if datatype == "UINT64":
-        return list(struct.unpack(f"<{len(raw) // 8}Q", raw))
-    if datatype == "INT64":
-        return list(struct.unpack(f"<{len(raw) // 8}q", raw))
-    if datatype == "FP32":
-        return list(struct.unpack(f"<{len(raw) // 4}f", raw))
-    raise BackendError(f"unexpected datatype {datatype} from backend")
+_NUMBER_FORMATS = {"UINT32": ("I", 4), "INT32": ("i", 4), "UINT64": ("Q", 8), "INT64": ("q", 8), "FP32": ("f", 4)}
+
+
+def _numbers(raw: bytes, datatype: str) -> tuple[int, ...] | tuple[float, ...]:
+    try:
+        code, size = _NUMBER_FORMATS[datatype]
+    except KeyError:
+        raise BackendError(f"unexpected datatype {datatype} from backend") from None
+    return struct.unpack(f"<{len(raw) // size}{code}", raw)
+
+
+_FINISH_REASONS: dict[bytes, str | None] = {b"None": None, b"none": None, b"null": None, b"": None,
+                                             b"stop": "stop", b"length": "length", b"abort": "abort"}
+
+
+def _finish_reason(raw: bytes) -> str | None:
+    try:
+        return _FINISH_REASONS[raw]
+    except KeyError:
+        return raw.decode("utf-8", "replace")
 
 
 def parse_infer_response(response: Any, final: bool) -> GenerationChunk:
-    """Turn one ``ModelInferResponse`` into a chunk without numpy (hot path)."""
-    text: Sequence[bytes] = ()
-    finish: tuple[str | None, ...] = ()
+    """Turn one ``ModelInferResponse`` into a chunk without numpy (hot path: once per token)."""
+    text: list[bytes] = []
+    finish: tuple[str | None, ...] | None = None
     num_in: int | None = None
     num_out: tuple[int, ...] | None = None
     logprobs: tuple[Any, ...] | None = None
@@ -165,27 +176,15 @@ def parse_infer_response(response: Any, final: bool) -> GenerationChunk:
         if name == TEXT_OUTPUT:
             text = _split_bytes(raw)
         elif name == FINISH_REASON:
-            finish = tuple(
-                None if r.decode("utf-8", "replace") in _FINISH_NONE else r.decode("utf-8", "replace")
-                for r in _split_bytes(raw)
-            )
+            finish = tuple(map(_finish_reason, _split_bytes(raw)))
         elif name == NUM_INPUT_TOKENS:
             values = _numbers(raw, output.datatype)
             num_in = int(values[0]) if values else None
         elif name == NUM_OUTPUT_TOKENS:
-            num_out = tuple(int(v) for v in _numbers(raw, output.datatype))
+            num_out = tuple(map(int, _numbers(raw, output.datatype)))
         elif name == LOGPROBS:
             logprobs = tuple(orjson.loads(r) for r in _split_bytes(raw))
-    if not finish:
-        finish = (None,) * len(text)
-    return GenerationChunk(
-        text=tuple(text),
-        finish_reason=finish,
-        num_input_tokens=num_in,
-        num_output_tokens=num_out,
-        logprobs=logprobs,
-        final=final,
-    )
+    return GenerationChunk(tuple(text), finish or (None,) * len(text), num_in, num_out, logprobs, final)
 
 
 def _is_final(response: Any) -> bool:

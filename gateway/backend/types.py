@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,9 +27,11 @@ class GenerationRequest:
     """``time.monotonic()`` at which the backend call is cancelled; None for no deadline."""
 
 
-@dataclass(frozen=True, slots=True)
-class GenerationChunk:
-    """One backend response. Every tuple has one element per sequence (``n``)."""
+class GenerationChunk(NamedTuple):
+    """One backend response. Every tuple has one element per sequence (``n``).
+
+    A NamedTuple rather than a frozen dataclass: one is built per token, and a frozen dataclass's
+    ``__init__`` (``object.__setattr__`` per field) showed up in the profile."""
 
     text: tuple[bytes, ...]
     """Raw UTF-8 bytes: the delta since the previous chunk when streaming, else the full text.
