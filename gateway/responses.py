@@ -93,8 +93,9 @@ def error_frame(body: dict[str, Any]) -> bytes:
     return _frame(orjson.dumps(body))
 
 
-def chat_completion(
+def completion_object(
     *,
+    chat: bool,
     completion_id: str,
     created: int,
     model: str,
@@ -103,49 +104,23 @@ def chat_completion(
     logprobs: Sequence[Any] | None,
     usage: Usage,
 ) -> dict[str, Any]:
+    """A whole ``chat.completion`` or ``text_completion`` object."""
+    choices = []
+    for i, text in enumerate(texts):
+        choice: dict[str, Any] = {"index": i}
+        if chat:
+            choice["message"] = {"role": "assistant", "content": text, "refusal": None, "tool_calls": None}
+        else:
+            choice["text"] = text
+        choice["logprobs"] = logprobs[i] if logprobs is not None else None
+        choice["finish_reason"] = finish_reasons[i]
+        choices.append(choice)
     return {
         "id": completion_id,
-        "object": "chat.completion",
+        "object": "chat.completion" if chat else "text_completion",
         "created": created,
         "model": model,
         "system_fingerprint": None,
-        "choices": [
-            {
-                "index": i,
-                "message": {"role": "assistant", "content": text, "refusal": None, "tool_calls": None},
-                "logprobs": logprobs[i] if logprobs is not None else None,
-                "finish_reason": finish_reasons[i],
-            }
-            for i, text in enumerate(texts)
-        ],
-        "usage": usage.as_dict(),
-    }
-
-
-def text_completion(
-    *,
-    completion_id: str,
-    created: int,
-    model: str,
-    texts: Sequence[str],
-    finish_reasons: Sequence[str | None],
-    logprobs: Sequence[Any] | None,
-    usage: Usage,
-) -> dict[str, Any]:
-    return {
-        "id": completion_id,
-        "object": "text_completion",
-        "created": created,
-        "model": model,
-        "system_fingerprint": None,
-        "choices": [
-            {
-                "index": i,
-                "text": text,
-                "logprobs": logprobs[i] if logprobs is not None else None,
-                "finish_reason": finish_reasons[i],
-            }
-            for i, text in enumerate(texts)
-        ],
+        "choices": choices,
         "usage": usage.as_dict(),
     }

@@ -30,13 +30,13 @@ from gateway.errors import (
 from gateway.logs import log_request
 from gateway.metrics import Metrics, RequestRecord
 from gateway.logprobs import chat_logprobs, completion_logprobs, merge_completion_logprobs
-from gateway.responses import DONE_FRAME, ChunkEncoder, chat_completion, error_frame, text_completion
+from gateway.responses import DONE_FRAME, ChunkEncoder, completion_object, error_frame
 from gateway.schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
 from gateway.streams import Tagged, batched, merge_tagged
-from gateway.translate.chat import chat_max_tokens, render_chat_prompt, to_generation_request
-from gateway.translate.completions import check_completion_options, completion_prompts, to_completion_generation
+from gateway.translate.chat import chat_max_tokens, render_chat_prompt
+from gateway.translate.completions import check_completion_options, completion_prompts
 from gateway.translate.models import ResolvedModel, resolve_model
-from gateway.translate.sampling import resolve_max_tokens, stop_list
+from gateway.translate.sampling import resolve_max_tokens, stop_list, to_generation_request
 
 logger = logging.getLogger(__name__)
 
@@ -229,11 +229,11 @@ class CompletionService:
         resolved = await self._resolve(body.model)
         prompt = render_chat_prompt(body, resolved)
         max_tokens = self._max_tokens(chat_max_tokens(body), resolved, prompt)
+        logprobs = (body.top_logprobs or 0) if body.logprobs else None
         generation = to_generation_request(
             body, resolved, request_id=context.request_id, prompt=prompt, max_tokens=max_tokens,
-            deadline=context.deadline,
+            logprobs=logprobs, deadline=context.deadline,
         )
-        logprobs = (body.top_logprobs or 0) if body.logprobs else None
         return self._prepared(body, context, resolved, [generation], [max_tokens], logprobs=logprobs)
 
     async def prepare_completion(self, body: CompletionRequest, context: RequestContext) -> PreparedGeneration:
@@ -247,9 +247,9 @@ class CompletionService:
             budgets.append(max_tokens)
             request_id = context.request_id if len(prompts) == 1 else f"{context.request_id}-{position}"
             requests.append(
-                to_completion_generation(
-                    body, resolved, prompt=prompt, max_tokens=max_tokens, deadline=context.deadline,
-                    request_id=request_id,
+                to_generation_request(
+                    body, resolved, prompt=prompt, max_tokens=max_tokens, logprobs=body.logprobs,
+                    deadline=context.deadline, request_id=request_id,
                 )
             )
         echo = tuple(prompts) if body.echo else None
@@ -432,8 +432,8 @@ class CompletionService:
             await source.aclose()  # type: ignore[attr-defined]
             ticket.release()
             self._finish(prepared, run, status, reason, error)
-        build = chat_completion if prepared.chat else text_completion
-        return build(
+        return completion_object(
+            chat=prepared.chat,
             completion_id=prepared.completion_id,
             created=prepared.created,
             model=prepared.model_id,

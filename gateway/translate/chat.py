@@ -1,4 +1,4 @@
-"""Chat completion requests → the prompt and the ``GenerationRequest``. Pure.
+"""Chat completion requests → the prompt. Pure.
 
 Every 4xx decision about a chat request's content is made here, before anything reaches Triton.
 """
@@ -7,11 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.backend.types import GenerationRequest
 from gateway.errors import InvalidRequestError
 from gateway.schemas import ChatCompletionRequest, ChatMessage, TextContentPart
 from gateway.translate.models import ResolvedModel
-from gateway.translate.sampling import to_sampling_params
 
 
 def message_text(message: ChatMessage, index: int) -> str | None:
@@ -64,24 +62,3 @@ def render_chat_prompt(request: ChatCompletionRequest, resolved: ResolvedModel) 
 def chat_max_tokens(request: ChatCompletionRequest) -> int | None:
     """``max_completion_tokens`` wins over the deprecated ``max_tokens``."""
     return request.max_completion_tokens or request.max_tokens
-
-
-def to_generation_request(
-    request: ChatCompletionRequest,
-    resolved: ResolvedModel,
-    *,
-    request_id: str,
-    prompt: str,
-    max_tokens: int,
-    deadline: float | None,
-) -> GenerationRequest:
-    logprobs = (request.top_logprobs or 0) if request.logprobs else None
-    return GenerationRequest(
-        request_id=request_id,
-        model=resolved.model.name,
-        prompt=prompt,
-        sampling=to_sampling_params(request, max_tokens=max_tokens, adapter=resolved.adapter, logprobs=logprobs),
-        stream=request.stream,
-        return_logprobs=logprobs is not None,
-        deadline=deadline,
-    )

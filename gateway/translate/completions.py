@@ -1,4 +1,4 @@
-"""Legacy completion requests → prompts and ``GenerationRequest``s. Pure.
+"""Legacy completion requests: prompts and the options this backend contract cannot serve. Pure.
 
 The vLLM-backend contract takes text, so token-id prompts and ``suffix`` (fill-in-the-middle) are
 answered with a clear 400 rather than approximated.
@@ -6,11 +6,8 @@ answered with a clear 400 rather than approximated.
 
 from __future__ import annotations
 
-from gateway.backend.types import GenerationRequest
 from gateway.errors import InvalidRequestError
 from gateway.schemas import CompletionRequest
-from gateway.translate.models import ResolvedModel
-from gateway.translate.sampling import to_sampling_params
 
 
 def completion_prompts(request: CompletionRequest) -> list[str]:
@@ -33,23 +30,3 @@ def check_completion_options(request: CompletionRequest) -> None:
         raise InvalidRequestError("'best_of' other than 'n' is not supported", param="best_of")
     if request.echo and request.logprobs is not None:
         raise InvalidRequestError("'echo' with 'logprobs' (prompt logprobs) is not supported", param="echo")
-
-
-def to_completion_generation(
-    request: CompletionRequest,
-    resolved: ResolvedModel,
-    *,
-    request_id: str,
-    prompt: str,
-    max_tokens: int,
-    deadline: float | None,
-) -> GenerationRequest:
-    return GenerationRequest(
-        request_id=request_id,
-        model=resolved.model.name,
-        prompt=prompt,
-        sampling=to_sampling_params(request, max_tokens=max_tokens, adapter=resolved.adapter, logprobs=request.logprobs),
-        stream=request.stream,
-        return_logprobs=request.logprobs is not None,
-        deadline=deadline,
-    )

@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from gateway.backend.types import GenerationRequest
 from gateway.errors import ContextLengthExceededError
 from gateway.schemas import ChatCompletionRequest, SamplingFields
+from gateway.translate.models import ResolvedModel
 
 # request field → SamplingParams field, copied when set (not None).
 _PASS_THROUGH = (
@@ -101,3 +103,25 @@ def resolve_max_tokens(
             param="messages",
         )
     return requested if requested is not None else room
+
+
+def to_generation_request(
+    request: SamplingFields,
+    resolved: ResolvedModel,
+    *,
+    request_id: str,
+    prompt: str,
+    max_tokens: int,
+    logprobs: int | None,
+    deadline: float | None,
+) -> GenerationRequest:
+    """The backend request for one prompt of a chat or legacy completion."""
+    return GenerationRequest(
+        request_id=request_id,
+        model=resolved.model.name,
+        prompt=prompt,
+        sampling=to_sampling_params(request, max_tokens=max_tokens, adapter=resolved.adapter, logprobs=logprobs),
+        stream=request.stream,
+        return_logprobs=logprobs is not None,
+        deadline=deadline,
+    )
