@@ -133,6 +133,14 @@ class Admission:
             self.gates[model] = ModelGate(self.limit, self.queue_size)
         return self.gates[model]
 
+    def try_acquire(self, model: str, adapter: str | None) -> Ticket | None:
+        """A slot now if one is free and nobody is waiting, else None (then ``acquire``)."""
+        gate = self.gate(model)
+        if gate._has_room() and not gate.waiting:
+            gate._take(adapter)
+            return Ticket(gate, adapter)
+        return None
+
     async def acquire(self, model: str, adapter: str | None, deadline: float | None = None) -> Ticket:
         gate = self.gate(model)
         await gate.acquire(adapter, self.queue_timeout, deadline)

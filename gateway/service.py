@@ -257,11 +257,19 @@ class CompletionService:
 
     # -- admit ------------------------------------------------------------------------------------
 
-    async def admit(self, prepared: PreparedGeneration) -> Ticket:
-        """Wait for a slot on the model (429 when the queue is full or the wait times out)."""
+    def try_admit(self, prepared: PreparedGeneration) -> Ticket | None:
+        """A slot at once when one is free (no task, no wait), else None: then ``admit``."""
+        self._refuse_if_draining()
+        return self.admission.try_acquire(prepared.requests[0].model, prepared.adapter)
+
+    def _refuse_if_draining(self) -> None:
         if self.draining:
             raise ShuttingDownError("The gateway is shutting down; retry on another replica.",
                                     headers={"Retry-After": "1"})
+
+    async def admit(self, prepared: PreparedGeneration) -> Ticket:
+        """Wait for a slot on the model (429 when the queue is full or the wait times out)."""
+        self._refuse_if_draining()
         remaining = None if prepared.deadline is None else prepared.deadline - time.monotonic()
         try:
             return await self.admission.acquire(prepared.requests[0].model, prepared.adapter, remaining)

@@ -57,7 +57,7 @@ def context_of(request: Request, service: CompletionService) -> RequestContext:
 
 async def respond(request: Request, service: CompletionService, prepared: PreparedGeneration, stream: bool) -> Response:
     """Admit → stream (SSE) or complete (JSON); the client leaving cancels every phase."""
-    ticket = await until_disconnect(request, service.admit(prepared))
+    ticket = service.try_admit(prepared) or await until_disconnect(request, service.admit(prepared))
     try:
         if stream:
             frames = await prime(service.stream(prepared, ticket), service.settings.first_response_wait)
