@@ -36,6 +36,8 @@ class ServedModel:
     max_model_len: int | None = None
     tokenizer: Any = None
     """A ``tokenizers.Tokenizer`` for counting prompt tokens, when the model's files have one."""
+    inputs: frozenset[str] = frozenset()
+    """The input tensors Triton says the model takes (they pick the backend contract)."""
     created: int = field(default_factory=lambda: int(time.time()))
 
 
@@ -140,6 +142,7 @@ class ModelCatalog:
             tokenizer_dir=files.tokenizer_dir,
             max_model_len=files.max_model_len,
             tokenizer=load_tokenizer(files.tokenizer_dir) if files.tokenizer_dir else None,
+            inputs=model.inputs,
             created=previous.created if previous else int(time.time()),
         )
 

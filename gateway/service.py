@@ -60,6 +60,8 @@ class PreparedGeneration:
     """Top-k alternatives asked for (0: only the sampled token); None: no logprobs."""
     echo: tuple[str, ...] | None = None
     """Legacy completions with ``echo``: each prompt's text, shown before its completion."""
+    prompt_tokens: tuple[int | None, ...] = ()
+    """The gateway's own count per prompt: usage when the backend reports none (TensorRT-LLM)."""
     record: RequestRecord | None = None
     deadline: float | None = None
     """``time.monotonic()`` by which the whole request must be done."""
@@ -92,6 +94,8 @@ class _Run:
             GenerationAssembler(prepared.n, stops=prepared.stops, include_stop=prepared.include_stop, max_tokens=m)
             for m in prepared.max_tokens
         ]
+        for assembler, counted in zip(self.assemblers, prepared.prompt_tokens):
+            assembler.prompt_tokens = counted or 0  # the backend's own count replaces it when sent
         self.offsets = [len(e) for e in prepared.echo for _ in range(prepared.n)] if prepared.echo else None
 
     @property
@@ -155,7 +159,8 @@ class CompletionService:
     async def _resolve(self, model_id: str) -> ResolvedModel:
         return resolve_model(model_id, await self.catalog.models(), self.settings.lora_separator)
 
-    def _max_tokens(self, requested: int | None, resolved: ResolvedModel, prompt: str) -> int:
+    def _budget(self, requested: int | None, resolved: ResolvedModel, prompt: str) -> tuple[int, int | None]:
+        """``max_tokens`` to send, and the prompt's token count (None without a tokenizer)."""
         settings = self.settings
         if len(prompt) > settings.max_prompt_chars:
             raise InvalidRequestError(
@@ -167,13 +172,14 @@ class CompletionService:
             raise InvalidRequestError(
                 f"max_tokens is {requested}; this gateway allows at most {cap}.", param="max_tokens"
             )
+        prompt_tokens = count_prompt_tokens(resolved.model, prompt)
         max_tokens = resolve_max_tokens(
             requested,
-            prompt_tokens=count_prompt_tokens(resolved.model, prompt),
+            prompt_tokens=prompt_tokens,
             max_model_len=resolved.model.max_model_len,
             fallback=settings.default_max_tokens,
         )
-        return min(max_tokens, cap) if cap is not None else max_tokens
+        return (min(max_tokens, cap) if cap is not None else max_tokens), prompt_tokens
 
     def _check_common(self, body: SamplingFields) -> None:
         if body.n > self.settings.max_n:
@@ -228,23 +234,25 @@ class CompletionService:
             raise InvalidRequestError("top_logprobs requires logprobs to be true", param="top_logprobs")
         resolved = await self._resolve(body.model)
         prompt = render_chat_prompt(body, resolved)
-        max_tokens = self._max_tokens(chat_max_tokens(body), resolved, prompt)
+        max_tokens, prompt_tokens = self._budget(chat_max_tokens(body), resolved, prompt)
         logprobs = (body.top_logprobs or 0) if body.logprobs else None
         generation = to_generation_request(
             body, resolved, request_id=context.request_id, prompt=prompt, max_tokens=max_tokens,
             logprobs=logprobs, deadline=context.deadline,
         )
-        return self._prepared(body, context, resolved, [generation], [max_tokens], logprobs=logprobs)
+        return self._prepared(body, context, resolved, [generation], [max_tokens], logprobs=logprobs,
+                              prompt_tokens=(prompt_tokens,))
 
     async def prepare_completion(self, body: CompletionRequest, context: RequestContext) -> PreparedGeneration:
         self._check_common(body)
         check_completion_options(body)
         prompts = completion_prompts(body)
         resolved = await self._resolve(body.model)
-        requests, budgets = [], []
+        requests, budgets, counts = [], [], []
         for position, prompt in enumerate(prompts):
-            max_tokens = self._max_tokens(body.max_tokens, resolved, prompt)
+            max_tokens, prompt_tokens = self._budget(body.max_tokens, resolved, prompt)
             budgets.append(max_tokens)
+            counts.append(prompt_tokens)
             request_id = context.request_id if len(prompts) == 1 else f"{context.request_id}-{position}"
             requests.append(
                 to_generation_request(
@@ -253,7 +261,8 @@ class CompletionService:
                 )
             )
         echo = tuple(prompts) if body.echo else None
-        return self._prepared(body, context, resolved, requests, budgets, logprobs=body.logprobs, echo=echo)
+        return self._prepared(body, context, resolved, requests, budgets, logprobs=body.logprobs, echo=echo,
+                              prompt_tokens=tuple(counts))
 
     # -- admit ------------------------------------------------------------------------------------
 

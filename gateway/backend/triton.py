@@ -8,7 +8,8 @@ and ends, which half-closes the stream, so the response stream ends after the mo
 response. Cancelling the call (client gone, stop string hit, deadline) is what makes the model see
 ``is_cancelled()``; a ``break`` alone would not, so ``generate`` cancels in ``finally``.
 
-Speaks the vLLM-backend tensor contract (see ``triton_models/README.md``); knows nothing of OpenAI.
+Speaks the vLLM-backend tensor contract (see ``triton_models/README.md``), and the TensorRT-LLM
+ensemble's (``trtllm.py``) for models that declare its inputs; knows nothing of OpenAI.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import grpc
 import orjson
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
+from gateway.backend.trtllm import build_trtllm_request, is_trtllm, parse_trtllm_response
 from gateway.backend.types import BackendModel, GenerationChunk, GenerationRequest
 from gateway.errors import (
     BackendError,
@@ -292,7 +294,9 @@ class TritonBackend:
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
         if self._stub is None:
             raise BackendUnavailableError("the Triton client is not started")
-        call = self._stub.ModelStreamInfer(iter((build_infer_request(request),)))
+        ensemble = is_trtllm(request.inputs)
+        infer = build_trtllm_request(request, request.inputs) if ensemble else build_infer_request(request)
+        call = self._stub.ModelStreamInfer(iter((infer,)))
         self._active[call] = None
         timer = None
         if request.deadline is not None:
@@ -309,7 +313,10 @@ class TritonBackend:
                 if reply.error_message:
                     raise classify_stream_error(reply.error_message)
                 response = reply.infer_response
-                yield parse_infer_response(response, _is_final(response))
+                if ensemble:
+                    yield parse_trtllm_response(response, _is_final(response), _split_bytes)
+                else:
+                    yield parse_infer_response(response, _is_final(response))
         except asyncio.CancelledError:
             reason = self._active.get(call)
             if reason is not None:

@@ -25,6 +25,9 @@ class GenerationRequest:
     return_logprobs: bool = False
     deadline: float | None = None
     """``time.monotonic()`` at which the backend call is cancelled; None for no deadline."""
+    inputs: frozenset[str] = frozenset()
+    """The model's declared input tensors: they pick the contract (vLLM backend or TensorRT-LLM
+    ensemble) and, for an ensemble, which fields it can take."""
 
 
 class GenerationChunk(NamedTuple):

@@ -124,4 +124,5 @@ def to_generation_request(
         stream=request.stream,
         return_logprobs=logprobs is not None,
         deadline=deadline,
+        inputs=resolved.model.inputs,
     )
