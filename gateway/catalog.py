@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.backend.types import Backend, BackendModel
+from gateway.errors import GatewayError
 from gateway.translate.prompts import ChatTemplate
 
 logger = logging.getLogger(__name__)
@@ -102,7 +103,12 @@ def load_tokenizer(directory: Path) -> Any:
 
 
 class ModelCatalog:
-    """A snapshot of served models, refreshed from the backend at most every ``refresh_interval``."""
+    """A snapshot of served models, refreshed from the backend every ``refresh_interval``.
+
+    A stale snapshot is refreshed in the background while requests keep using it, so no request
+    waits for Triton's repository index (and the gRPC calls per model) on its own path; only an
+    empty snapshot (start-up, or Triton never seen) is refreshed in line.
+    """
 
     def __init__(self, backend: Backend, repositories: list[Path], refresh_interval: float = 10.0) -> None:
         self._backend = backend
@@ -112,15 +118,34 @@ class ModelCatalog:
         self._refreshed_at = float("-inf")
         self._lock = asyncio.Lock()
         self._templates: dict[Path, ChatTemplate | None] = {}
+        self._tokenizers: dict[Path, Any] = {}
+        self._background: asyncio.Task[None] | None = None
+
+    def _stale(self) -> bool:
+        return time.monotonic() - self._refreshed_at >= self._refresh_interval
 
     async def models(self) -> dict[str, ServedModel]:
-        """The current snapshot, refreshed first if it is stale. Raises if Triton is unreachable
-        and nothing was ever loaded."""
-        if time.monotonic() - self._refreshed_at >= self._refresh_interval:
+        """The current snapshot. Raises (503) if it is empty and Triton cannot be reached."""
+        if not self._stale():
+            return self._models
+        if not self._models or self._refresh_interval == 0:
             async with self._lock:
-                if time.monotonic() - self._refreshed_at >= self._refresh_interval:
+                if self._stale():
                     await self.refresh()
+            return self._models
+        if self._background is None or self._background.done():
+            self._background = asyncio.ensure_future(self._refresh_quietly())
         return self._models
+
+    async def _refresh_quietly(self) -> None:
+        async with self._lock:
+            if not self._stale():
+                return
+            try:
+                await self.refresh()
+            except GatewayError as exc:  # requests keep the last snapshot; Triton's errors reach them
+                logger.warning("model list refresh failed: %s", exc.message)
+                self._refreshed_at = time.monotonic()  # retry after an interval, not on every request
 
     async def refresh(self) -> None:
         backend_models = await self._backend.list_models()
@@ -141,10 +166,15 @@ class ModelCatalog:
             template=template,
             tokenizer_dir=files.tokenizer_dir,
             max_model_len=files.max_model_len,
-            tokenizer=load_tokenizer(files.tokenizer_dir) if files.tokenizer_dir else None,
+            tokenizer=self._tokenizer(files.tokenizer_dir) if files.tokenizer_dir else None,
             inputs=model.inputs,
             created=previous.created if previous else int(time.time()),
         )
+
+    def _tokenizer(self, directory: Path) -> Any:
+        if directory not in self._tokenizers:
+            self._tokenizers[directory] = load_tokenizer(directory)
+        return self._tokenizers[directory]
 
     def _template(self, directory: Path) -> ChatTemplate | None:
         if directory not in self._templates:

@@ -87,7 +87,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         base = f"http://{settings.host}:{settings.port}"
         logging.getLogger("gateway").info(
             "serving on %s — try: curl -N %s/v1/chat/completions -H 'Content-Type: application/json' "
-            "-d '{\"model\": \"tiny-llm\", \"stream\": true, \"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}'",
+            "-d '{\"model\": \"tiny-llm\", \"stream\": true, \"max_tokens\": 32, "
+            "\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}'",
             base,
             base,
         )
