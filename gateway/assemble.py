@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 
 from gateway.backend.types import GenerationChunk
 from gateway.errors import BackendError
+from gateway.logprobs import chat_logprobs, completion_logprobs
 
 
 class ChoiceEvent(NamedTuple):
@@ -212,3 +213,69 @@ def coalesce(events: list[ChoiceEvent]) -> list[ChoiceEvent]:
         where[event.index] = len(out)
         out.append(event)
     return out
+
+
+class RequestAssembler:
+    """All prompts of one request: an assembler per prompt, choice indices made global
+    (prompt × n + i), logprobs mapped to OpenAI's shape only when they were asked for."""
+
+    def __init__(
+        self,
+        *,
+        n: int,
+        chat: bool,
+        top_logprobs: int | None,
+        max_tokens: Sequence[int],
+        prompt_tokens: Sequence[int | None] = (),
+        stops: Sequence[str] = (),
+        include_stop: bool = False,
+        echo: Sequence[str] | None = None,
+    ) -> None:
+        self.n = n
+        self.chat = chat
+        self.top = top_logprobs
+        self.assemblers = [GenerationAssembler(n, stops=stops, include_stop=include_stop, max_tokens=m) for m in max_tokens]
+        for assembler, counted in zip(self.assemblers, prompt_tokens):
+            assembler.prompt_tokens = counted or 0  # the backend's own count replaces it when sent
+        # legacy logprobs' text_offset: where each choice's text stands (after an echoed prompt)
+        self.offsets = [len(echo[p]) if echo else 0 for p in range(len(max_tokens)) for _ in range(n)]
+
+    @property
+    def done(self) -> bool:
+        return all(a.done for a in self.assemblers)
+
+    @property
+    def usage(self) -> Usage:
+        usages = [a.usage for a in self.assemblers]
+        return Usage(sum(u.prompt_tokens for u in usages), sum(u.completion_tokens for u in usages))
+
+    @property
+    def finish_reasons(self) -> list[str | None]:
+        return [c.finish_reason for a in self.assemblers for c in a.choices]
+
+    def feed(self, item: tuple[int, GenerationChunk]) -> list[ChoiceEvent]:
+        position, chunk = item
+        events = self.assemblers[position].feed(chunk)
+        if position == 0 and self.top is None:
+            return events  # the common case: nothing to rewrite
+        return self._globalize(position, events)
+
+    def close(self) -> list[ChoiceEvent]:
+        out: list[ChoiceEvent] = []
+        for position, assembler in enumerate(self.assemblers):
+            out.extend(self._globalize(position, assembler.close()))
+        return out
+
+    def _globalize(self, position: int, events: list[ChoiceEvent]) -> list[ChoiceEvent]:
+        out = []
+        for event in events:
+            index = position * self.n + event.index
+            logprobs: Any = None
+            if self.top is not None:
+                if self.chat:
+                    logprobs = {"content": chat_logprobs(event.logprobs, self.top)}
+                else:
+                    logprobs = completion_logprobs(event.logprobs, self.top, self.offsets[index])
+            self.offsets[index] += len(event.text)
+            out.append(ChoiceEvent(index, event.text, event.finish_reason, logprobs))
+        return out

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.admission import Admission, Ticket
-from gateway.assemble import ChoiceEvent, GenerationAssembler, Usage, coalesce
+from gateway.assemble import ChoiceEvent, RequestAssembler, Usage, coalesce
 from gateway.backend.types import Backend, GenerationRequest
 from gateway.catalog import ModelCatalog, ServedModel
 from gateway.config import Settings
@@ -29,7 +29,7 @@ from gateway.errors import (
 )
 from gateway.logs import log_request
 from gateway.metrics import Metrics, RequestRecord
-from gateway.logprobs import chat_logprobs, completion_logprobs, merge_completion_logprobs
+from gateway.logprobs import merge_completion_logprobs
 from gateway.responses import DONE_FRAME, ChunkEncoder, completion_object, error_frame
 from gateway.schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
 from gateway.streams import Tagged, batched, merge_tagged
@@ -76,69 +76,23 @@ class RequestContext:
     deadline: float | None = None
 
 
+def _run(prepared: PreparedGeneration) -> RequestAssembler:
+    return RequestAssembler(
+        n=prepared.n,
+        chat=prepared.chat,
+        top_logprobs=prepared.logprobs,
+        max_tokens=prepared.max_tokens,
+        prompt_tokens=prepared.prompt_tokens,
+        stops=prepared.stops,
+        include_stop=prepared.include_stop,
+        echo=prepared.echo,
+    )
+
+
 def count_prompt_tokens(model: ServedModel, prompt: str) -> int | None:
     if model.tokenizer is None:
         return None
     return len(model.tokenizer.encode(prompt).ids)
-
-
-class _Run:
-    """The assembly state of one request: an assembler per prompt, choice indices made global,
-    logprobs mapped to OpenAI's shape only when they were asked for."""
-
-    def __init__(self, prepared: PreparedGeneration) -> None:
-        self.n = prepared.n
-        self.chat = prepared.chat
-        self.top = prepared.logprobs
-        self.assemblers = [
-            GenerationAssembler(prepared.n, stops=prepared.stops, include_stop=prepared.include_stop, max_tokens=m)
-            for m in prepared.max_tokens
-        ]
-        for assembler, counted in zip(self.assemblers, prepared.prompt_tokens):
-            assembler.prompt_tokens = counted or 0  # the backend's own count replaces it when sent
-        self.offsets = [len(e) for e in prepared.echo for _ in range(prepared.n)] if prepared.echo else None
-
-    @property
-    def done(self) -> bool:
-        return all(a.done for a in self.assemblers)
-
-    @property
-    def usage(self) -> Usage:
-        usages = [a.usage for a in self.assemblers]
-        return Usage(sum(u.prompt_tokens for u in usages), sum(u.completion_tokens for u in usages))
-
-    @property
-    def finish_reasons(self) -> list[str | None]:
-        return [c.finish_reason for a in self.assemblers for c in a.choices]
-
-    def feed(self, item: Tagged) -> list[ChoiceEvent]:
-        position, chunk = item
-        events = self.assemblers[position].feed(chunk)
-        if position == 0 and self.top is None:
-            return events  # the common case: nothing to rewrite
-        return self._globalize(position, events)
-
-    def close(self) -> list[ChoiceEvent]:
-        out: list[ChoiceEvent] = []
-        for position, assembler in enumerate(self.assemblers):
-            out.extend(self._globalize(position, assembler.close()))
-        return out
-
-    def _globalize(self, position: int, events: list[ChoiceEvent]) -> list[ChoiceEvent]:
-        out = []
-        for event in events:
-            index = position * self.n + event.index
-            logprobs: Any = None
-            if self.top is not None:
-                if self.chat:
-                    logprobs = {"content": chat_logprobs(event.logprobs, self.top)}
-                else:
-                    offset = self.offsets[index] if self.offsets else 0
-                    logprobs = completion_logprobs(event.logprobs, self.top, offset)
-            if self.offsets is not None:
-                self.offsets[index] += len(event.text)
-            out.append(ChoiceEvent(index, event.text, event.finish_reason, logprobs))
-        return out
 
 
 class CompletionService:
@@ -311,7 +265,7 @@ class CompletionService:
             continuous_usage=prepared.continuous_usage,
         )
 
-    def _finish(self, prepared: PreparedGeneration, run: _Run | None, status: int, cancel_reason: str | None,
+    def _finish(self, prepared: PreparedGeneration, run: RequestAssembler | None, status: int, cancel_reason: str | None,
                 error: GatewayError | None = None) -> None:
         record = prepared.record
         if record is None:
@@ -335,13 +289,23 @@ class CompletionService:
             return "shutdown"
         return None
 
+    @staticmethod
+    def _opening(prepared: PreparedGeneration, encoder: ChunkEncoder, usage: Usage | None) -> bytes:
+        """The role chunk of every choice, then (legacy ``echo``) each prompt's text."""
+        choices = prepared.n * len(prepared.requests)
+        opening = encoder.role_chunks(choices, usage)
+        if prepared.echo:
+            echoed = [ChoiceEvent(i, prepared.echo[i // prepared.n], None, None) for i in range(choices)]
+            opening += encoder.events(echoed, usage)
+        return opening
+
     async def stream(self, prepared: PreparedGeneration, ticket: Ticket) -> AsyncIterator[bytes]:
         """SSE frames. Errors before the first backend response propagate (so the edge can still
         answer with a status code); after that they become one error event that ends the stream.
         Backend responses that piled up while the client was being written to are sent as one
         coalesced chunk per choice (see ``streams.batched``)."""
         encoder = self._encoder(prepared)
-        run = _Run(prepared)
+        run = _run(prepared)
         record = prepared.record
         assert record is not None
         gap = self.metrics.inter_token_latency.labels(record.model)
@@ -371,12 +335,7 @@ class CompletionService:
                 final, events = True, run.close()
             else:
                 events = feed(first)
-            choices = prepared.n * len(prepared.requests)
-            opening = encoder.role_chunks(choices, run.usage if continuous else None)
-            if prepared.echo:
-                echoed = [ChoiceEvent(i, prepared.echo[i // prepared.n], None, None) for i in range(choices)]
-                opening += encoder.events(echoed, run.usage if continuous else None)
-            yield opening
+            yield self._opening(prepared, encoder, run.usage if continuous else None)
             try:
                 if events:
                     yield encoder.events(events, run.usage if continuous else None)
@@ -411,7 +370,7 @@ class CompletionService:
 
     async def complete(self, prepared: PreparedGeneration, ticket: Ticket) -> dict[str, Any]:
         """One response object with every choice's full text, finish reason and the usage."""
-        run = _Run(prepared)
+        run = _run(prepared)
         record = prepared.record
         assert record is not None
         choices = prepared.n * len(prepared.requests)

@@ -135,3 +135,16 @@ def test_coalesce_joins_text_of_a_choice_and_keeps_finish_last() -> None:
                                 ChoiceEvent(0, "c", None, None)]
     with_logprobs = [ChoiceEvent(0, "a", None, {"content": [1]}), ChoiceEvent(0, "b", None, {"content": [2]})]
     assert coalesce(with_logprobs) == with_logprobs
+
+
+def test_legacy_logprob_offsets_continue_across_chunks_and_after_echo() -> None:
+    from gateway.assemble import RequestAssembler
+
+    def entry(token: str) -> dict[str, dict[str, object]]:
+        return {"1": {"logprob": -1.0, "rank": 1, "decoded_token": token}}
+
+    run = RequestAssembler(n=1, chat=False, top_logprobs=0, max_tokens=[5], echo=["abc"])
+    first = run.feed((0, GenerationChunk((b"ab",), (None,), 1, (2,), ([entry("a"), entry("b")],))))
+    second = run.feed((0, GenerationChunk((b"cd",), ("length",), 1, (2,), ([entry("c"), entry("d")],), True)))
+    assert first[0].logprobs["text_offset"] == [3, 4]
+    assert second[0].logprobs["text_offset"] == [5, 6]
