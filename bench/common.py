@@ -144,7 +144,7 @@ def machine_info() -> dict[str, Any]:
         pass
     versions = {}
     for package in ("grpcio", "tritonclient", "nvidia-pytriton", "uvicorn", "uvloop", "httptools",
-                    "fastapi", "starlette", "sse-starlette", "orjson", "pydantic"):
+                    "fastapi", "starlette", "orjson", "pydantic"):
         try:
             versions[package] = metadata.version(package)
         except metadata.PackageNotFoundError:

@@ -1,10 +1,12 @@
 """SSE transport: the streaming response, keep-alive pings, and priming for early errors.
 
 Framing of each event is done by ``responses.ChunkEncoder`` (bytes in the hot path); this module
-hands those bytes to ``sse-starlette``, which owns the concerns every SSE endpoint has: watching
-for the client's disconnect (then cancelling our generator, whose ``finally`` cancels the Triton
-call), pinging while idle, and honouring server shutdown. Pings are bare comment lines
-(``: ping``): never ``id:`` or ``retry:`` fields, which break some openai-python versions.
+writes those bytes, watches for the client's disconnect (then cancels the stream, whose
+``finally`` cancels the Triton call) and pings while idle. Pings are bare comment lines
+(``: ping``): never ``id:`` or ``retry:`` fields, which break some openai-python versions. Server
+shutdown is the drain in ``server.py``. (sse-starlette did this job first; it spends a task group,
+four tasks and a cancel scope per frame on concerns these streams do not have: see
+docs/DEPENDENCIES.md for the numbers that retired it.)
 """
 
 from __future__ import annotations
@@ -12,12 +14,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Mapping
 
-from sse_starlette import EventSourceResponse, ServerSentEvent
-from starlette.types import Message, Send
-
-
-def _ping() -> ServerSentEvent:
-    return ServerSentEvent(comment="ping", sep="\n")
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 
 class _Primed:
@@ -75,24 +73,90 @@ async def prime(frames: AsyncIterator[bytes], wait: float) -> AsyncIterator[byte
     return _Primed(first, frames)
 
 
-class _EventSourceResponse(EventSourceResponse):
-    """sse-starlette's response without a cancel scope per frame when no send timeout is set: the
-    scope's enter/exit was a visible share of the per-token cost in the profile."""
+PING_FRAME = b": ping\n\n"
 
-    async def _send_with_timeout(self, send: Send, message: Message) -> None:
-        if self.send_timeout is None:
-            await send(message)
-        else:
-            await super()._send_with_timeout(send, message)
+
+class SSEResponse(Response):
+    """A streaming ``text/event-stream`` response for frames that are already SSE-encoded.
+
+    One extra task per stream waits on ``receive`` and cancels the stream the moment the client
+    disconnects (the stream's ``finally`` then cancels the Triton call); a timer sends a
+    ``: ping`` comment whenever nothing was written for ``ping_interval`` seconds. The frames are
+    written with one ``send`` each and nothing else per frame: no task group, no cancel scope, no
+    re-encoding. Idle streams cost memory, so the per-stream state is kept to that.
+    """
+
+    media_type = "text/event-stream"
+
+    def __init__(self, frames: AsyncIterator[bytes], ping_interval: float, headers: Mapping[str, str]) -> None:
+        self.frames = frames
+        self.ping_interval = ping_interval
+        self.status_code = 200
+        self.background = None
+        self.raw_headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        stream_task = asyncio.current_task()
+        assert stream_task is not None
+        loop = asyncio.get_running_loop()
+        last_write = loop.time()
+        client_gone = False
+        pings: set[asyncio.Task[None]] = set()
+
+        async def watch() -> None:
+            nonlocal client_gone
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            client_gone = True
+            stream_task.cancel()
+
+        async def ping() -> None:
+            try:
+                await send({"type": "http.response.body", "body": PING_FRAME, "more_body": True})
+            except OSError:  # the client is gone; the watcher ends the stream
+                pass
+
+        def ping_if_idle() -> None:
+            nonlocal last_write, timer
+            idle = loop.time() - last_write
+            if idle >= self.ping_interval:
+                last_write = loop.time()
+                task = loop.create_task(ping())
+                pings.add(task)
+                task.add_done_callback(pings.discard)
+                idle = 0.0
+            timer = loop.call_later(self.ping_interval - idle, ping_if_idle)
+
+        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        watcher = loop.create_task(watch())
+        timer = loop.call_later(self.ping_interval, ping_if_idle)
+        try:
+            async for frame in self.frames:
+                await send({"type": "http.response.body", "body": frame, "more_body": True})
+                last_write = loop.time()
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except asyncio.CancelledError:
+            if not client_gone:
+                raise
+            if hasattr(stream_task, "uncancel"):  # Python 3.11+
+                stream_task.uncancel()  # our own cancel: the client left, the stream is over
+        finally:
+            timer.cancel()
+            watcher.cancel()
+            await self.frames.aclose()  # type: ignore[attr-defined]
 
 
 def sse_response(
     frames: AsyncIterator[bytes], *, ping_interval: float, headers: Mapping[str, str] | None = None
-) -> EventSourceResponse:
-    return _EventSourceResponse(
+) -> SSEResponse:
+    return SSEResponse(
         frames,
-        ping=ping_interval,
-        ping_message_factory=_ping,
-        sep="\n",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(headers or {})},
+        ping_interval,
+        {
+            "content-type": "text/event-stream; charset=utf-8",
+            "cache-control": "no-cache",
+            "x-accel-buffering": "no",
+            "connection": "keep-alive",
+            **(headers or {}),
+        },
     )

@@ -100,4 +100,7 @@ async def batched(source: AsyncIterator[Any], position: int | None = None) -> As
                 return
     finally:
         if not task.done():
-            task.cancel()  # not awaited: the pump's cleanup is synchronous up to the gRPC cancel
+            task.cancel()
+            # Wait for it (one loop turn: its cleanup is synchronous up to the gRPC cancel), so the
+            # Triton call is cancelled before the stream is reported finished.
+            await asyncio.wait({task}, timeout=1.0)
