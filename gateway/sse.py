@@ -60,7 +60,12 @@ async def prime(frames: AsyncIterator[bytes], wait: float) -> AsyncIterator[byte
         return await anext(frames)
 
     task = asyncio.ensure_future(first_frame())
-    done, _ = await asyncio.wait({task}, timeout=wait)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=wait)
+    except asyncio.CancelledError:  # the client left while we waited: stop the generation now
+        task.cancel()
+        await asyncio.wait({task}, timeout=1.0)
+        raise
     if not done:
         return _Primed(task, frames)
     try:

@@ -60,7 +60,8 @@ async def respond(request: Request, service: CompletionService, prepared: Prepar
     ticket = service.try_admit(prepared) or await until_disconnect(request, service.admit(prepared))
     try:
         if stream:
-            frames = await prime(service.stream(prepared, ticket), service.settings.first_response_wait)
+            wait = service.settings.first_response_wait
+            frames = await until_disconnect(request, prime(service.stream(prepared, ticket), wait))
             return sse_response(frames, ping_interval=service.settings.sse_ping_interval)
         return JSONBytesResponse(await until_disconnect(request, service.complete(prepared, ticket)))
     except BaseException:

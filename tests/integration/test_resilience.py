@@ -156,6 +156,19 @@ async def test_two_hundred_streams_dropped_at_random_leave_nothing_in_triton(
     assert 'gateway_cancellations_total{reason="client_disconnect"}' in metrics
 
 
+def test_client_leaving_before_the_first_token_cancels_triton_work(gateway: GatewayProcess, triton: TritonServer) -> None:
+    """Within the first-response wait, before any header is sent, the gateway still watches the
+    client: a long prefill for a client that already left is cancelled at once."""
+    before = scripted_cancelled(triton)
+    body = {"model": SCRIPTED, "prompt": slow_script(responses=1, hang=10), "stream": True}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(gateway.url + "/v1/completions", json=body, timeout=httpx.Timeout(10, read=0.5))
+    left = time.monotonic()
+    assert wait_for(lambda: scripted_cancelled(triton) == before + 1 and scripted_in_flight(triton) == 0,
+                    timeout=5)
+    assert time.monotonic() - left < 1.0
+
+
 # -- Triton down, killed, restarted ------------------------------------------------------------------
 
 def _start_triton(grpc_port: int, tmp_path: Path, name: str) -> TritonServer:
