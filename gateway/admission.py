@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gateway.errors import BackendTimeoutError, RateLimitError
@@ -120,17 +121,16 @@ class Ticket:
 
 
 class Admission:
-    """The gates of all models."""
+    """The gates of all models; ``limits(model)`` gives a model's (slots, queue size)."""
 
-    def __init__(self, limit: int, queue_size: int, queue_timeout: float) -> None:
-        self.limit = limit
-        self.queue_size = queue_size
+    def __init__(self, limits: Callable[[str], tuple[int, int]], queue_timeout: float) -> None:
+        self.limits = limits
         self.queue_timeout = queue_timeout
         self.gates: dict[str, ModelGate] = {}
 
     def gate(self, model: str) -> ModelGate:
         if model not in self.gates:
-            self.gates[model] = ModelGate(self.limit, self.queue_size)
+            self.gates[model] = ModelGate(*self.limits(model))
         return self.gates[model]
 
     def try_acquire(self, model: str, adapter: str | None) -> Ticket | None:

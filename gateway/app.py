@@ -145,7 +145,7 @@ def create_app(settings: Settings, backend: Backend | None = None) -> FastAPI:
         settings.triton_url, keepalive_ms=settings.grpc_keepalive_ms, credentials=triton_credentials(settings)
     )
     catalog = ModelCatalog(the_backend, settings.model_repository, settings.model_refresh_interval)
-    admission = Admission(settings.max_concurrent_requests, settings.max_queue_size, settings.queue_timeout)
+    admission = Admission(lambda model: settings.limits_for(model)[:2], settings.queue_timeout)
     service = CompletionService(the_backend, catalog, settings, admission, Metrics(admission))
 
     @asynccontextmanager

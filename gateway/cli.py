@@ -47,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
         if annotation is bool:
             parser.add_argument(_flag(name), action=argparse.BooleanOptionalAction, default=None, help=help_text)
             continue
+        if getattr(annotation, "__origin__", None) is dict:
+            parser.add_argument(_flag(name), dest=name, default=None, type=json.loads, help=help_text)
+            continue
         no_decode = any(isinstance(m, NoDecode) or m is NoDecode for m in field.metadata)
         if getattr(annotation, "__origin__", None) is list and not no_decode:
             parser.add_argument(_flag(name), dest=name, default=None, type=_parse_list, help=help_text)

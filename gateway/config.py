@@ -11,10 +11,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 ENV_PREFIX = "GATEWAY_"
+
+
+class ModelLimits(BaseModel):
+    """Per-model overrides of the admission and ``max_tokens`` limits (unset: the global value)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_concurrent_requests: int | None = Field(default=None, ge=0)
+    max_queue_size: int | None = Field(default=None, ge=0)
+    max_tokens_limit: int | None = Field(default=None, ge=1)
 
 
 class Settings(BaseSettings):
@@ -79,6 +89,10 @@ class Settings(BaseSettings):
     queue_timeout: float = Field(default=30.0, gt=0.0)
     """Seconds a request may wait for a slot before it gets 429 with Retry-After."""
 
+    model_limits: dict[str, ModelLimits] = Field(default_factory=dict)
+    """Per-model overrides, a JSON object keyed by Triton model name, e.g.
+    ``{"llama": {"max_concurrent_requests": 64, "max_queue_size": 256, "max_tokens_limit": 4096}}``."""
+
     shutdown_grace_period: float = Field(default=30.0, ge=0.0)
     """On SIGTERM: seconds in-flight requests get to finish (new ones get 503) before they are
     cancelled with an error event."""
@@ -134,6 +148,15 @@ class Settings(BaseSettings):
 
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     """Log level of the gateway's loggers."""
+
+    def limits_for(self, model: str) -> tuple[int, int, int | None]:
+        """(max_concurrent_requests, max_queue_size, max_tokens_limit) for ``model``."""
+        override = self.model_limits.get(model, ModelLimits())
+        return (
+            self.max_concurrent_requests if override.max_concurrent_requests is None else override.max_concurrent_requests,
+            self.max_queue_size if override.max_queue_size is None else override.max_queue_size,
+            self.max_tokens_limit if override.max_tokens_limit is None else override.max_tokens_limit,
+        )
 
     def load_api_keys(self) -> frozenset[str]:
         """Every configured key, from ``api_keys`` and ``api_key_file``. Reads the file."""

@@ -121,7 +121,7 @@ class CompletionService:
                 f"The prompt is {len(prompt)} characters; the limit is {settings.max_prompt_chars}.",
                 code="prompt_too_long",
             )
-        cap = settings.max_tokens_limit
+        cap = settings.limits_for(resolved.model.name)[2]
         if cap is not None and requested is not None and requested > cap:
             raise InvalidRequestError(
                 f"max_tokens is {requested}; this gateway allows at most {cap}.", param="max_tokens"

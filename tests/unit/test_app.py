@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -201,3 +202,20 @@ async def test_readiness_reflects_backend(tmp_path: Path) -> None:
     assert (await call(ScriptedBackend(), make_repo(tmp_path), "GET", "/health/ready")).status_code == 200
     down = await call(ScriptedBackend(ready=False), make_repo(tmp_path), "GET", "/health/ready")
     assert down.status_code == 503 and down.json()["error"]["type"] == "service_unavailable"
+
+
+async def test_per_model_limits_override_the_global_ones(tmp_path: Path) -> None:
+    settings = Settings(model_repository=[make_repo(tmp_path)], max_tokens_limit=50,
+                        model_limits={"m": {"max_tokens_limit": 4, "max_concurrent_requests": 1, "max_queue_size": 0}})
+    backend = ScriptedBackend(text_chunks(b"ok"), delay=0.3)
+    app = create_app(settings, backend=backend)
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+            too_many = await client.post("/v1/chat/completions", json=chat(max_tokens=5))
+            assert too_many.status_code == 400 and too_many.json()["error"]["param"] == "max_tokens"
+            first = asyncio.create_task(client.post("/v1/chat/completions", json=chat(max_tokens=4)))
+            await asyncio.sleep(0.1)
+            second = await client.post("/v1/chat/completions", json=chat(max_tokens=4))
+            assert second.status_code == 429  # one slot, no queue, for this model only
+            assert (await first).status_code == 200
+    assert settings.limits_for("other") == (256, 1024, 50)
