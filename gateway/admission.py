@@ -82,6 +82,15 @@ class ModelGate:
             except ValueError:
                 pass
 
+    def reject_waiting(self, error: Exception) -> int:
+        """Fail every request still waiting for a slot (shutdown): they never reach Triton."""
+        rejected = 0
+        for future in list(self._waiters):
+            if not future.done():
+                future.set_exception(error)
+                rejected += 1
+        return rejected
+
     def _take(self, adapter: str | None) -> None:
         self.running += 1
         self._taken(adapter)
@@ -145,6 +154,9 @@ class Admission:
         gate = self.gate(model)
         await gate.acquire(adapter, self.queue_timeout, deadline)
         return Ticket(gate, adapter)
+
+    def reject_waiting(self, error: Exception) -> int:
+        return sum(gate.reject_waiting(error) for gate in self.gates.values())
 
     @property
     def in_flight(self) -> int:

@@ -39,6 +39,9 @@ class DrainingServer(uvicorn.Server):
     async def _drain(self) -> None:
         service = self._service
         service.draining = True
+        service.admission.reject_waiting(
+            ShuttingDownError("The gateway is shutting down; retry on another replica.", headers={"Retry-After": "1"})
+        )
         busy = service.admission.in_flight
         logger.info("draining: %d request(s) in flight, grace %.1f s", busy, self._grace)
         deadline = time.monotonic() + self._grace
