@@ -33,7 +33,6 @@ from common import (  # noqa: E402
     BENCH,
     exit_on_sigterm,
     FIREHOSE_TOKEN,
-    ROOT,
     idle_stream_memory,
     log,
     machine_info,

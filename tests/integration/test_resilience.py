@@ -8,7 +8,6 @@ import json
 import random
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx

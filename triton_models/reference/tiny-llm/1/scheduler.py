@@ -195,7 +195,8 @@ class Scheduler:
         except Exception as exc:  # noqa: BLE001 - any engine failure becomes that request's error
             logger.exception("tiny-llm generation failed")
             self._finish(job)
-            self._safely(job, lambda: job.sink.send_error(f"Error generating stream: {exc}"))
+            message = f"Error generating stream: {exc}"
+            self._safely(job, lambda: job.sink.send_error(message))
             return
         final = job.generation.finished
         if job.stream:
