@@ -146,7 +146,7 @@ def create_app(settings: Settings, backend: Backend | None = None) -> FastAPI:
     )
     catalog = ModelCatalog(the_backend, settings.model_repository, settings.model_refresh_interval)
     admission = Admission(lambda model: settings.limits_for(model)[:2], settings.queue_timeout)
-    service = CompletionService(the_backend, catalog, settings, admission, Metrics(admission))
+    service = CompletionService(the_backend, catalog, settings, admission, Metrics(admission, catalog.adapter_count))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

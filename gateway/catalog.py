@@ -121,6 +121,11 @@ class ModelCatalog:
         self._tokenizers: dict[Path, Any] = {}
         self._background: asyncio.Task[None] | None = None
 
+    def adapter_count(self, name: str) -> int:
+        """Adapters of a model in the current snapshot (no refresh: called at scrape time)."""
+        model = self._models.get(name)
+        return len(model.adapters) if model is not None else 0
+
     def _stale(self) -> bool:
         return time.monotonic() - self._refreshed_at >= self._refresh_interval
 

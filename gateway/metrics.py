@@ -10,7 +10,7 @@ never touch them.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -45,8 +45,9 @@ class RequestRecord:
 class _LiveGauges(Collector):
     """Gauges read from admission state at scrape time."""
 
-    def __init__(self, admission: Admission) -> None:
+    def __init__(self, admission: Admission, adapters: Callable[[str], int]) -> None:
         self._admission = admission
+        self._adapters = adapters
 
     def collect(self) -> Iterator[Metric]:
         running = GaugeMetricFamily("gateway_requests_running", "Requests holding a slot (sent to Triton)", labels=["model"])
@@ -57,7 +58,8 @@ class _LiveGauges(Collector):
                                          labels=["model_name"])
         lora = GaugeMetricFamily(
             "vllm:lora_requests_info",
-            "Running and waiting LoRA adapters (value: scrape time), as vLLM reports them",
+            "Running and waiting LoRA adapters (value: scrape time), as vLLM reports them; max_lora is "
+            "the number of adapters the model serves (Triton loads them all at model load)",
             labels=["model_name", "running_lora_adapters", "waiting_lora_adapters", "max_lora"],
         )
         now = time.time()
@@ -68,7 +70,7 @@ class _LiveGauges(Collector):
             vllm_waiting.add_metric([model], gate.waiting)
             lora.add_metric(
                 [model, ",".join(sorted(gate.running_adapters)), ",".join(sorted(gate.waiting_adapters)),
-                 str(gate.limit if gate.limit > 0 else 0)],
+                 str(self._adapters(model))],
                 now,
             )
         yield from (running, waiting, vllm_running, vllm_waiting, lora)
@@ -77,7 +79,7 @@ class _LiveGauges(Collector):
 class Metrics:
     """The gateway's collectors."""
 
-    def __init__(self, admission: Admission) -> None:
+    def __init__(self, admission: Admission, adapters: Callable[[str], int] = lambda model: 0) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter(
@@ -113,7 +115,7 @@ class Metrics:
         self.backend_errors = Counter(
             "gateway_backend_errors", "Errors from Triton, by type", ["type"], registry=r,
         )
-        r.register(_LiveGauges(admission))
+        r.register(_LiveGauges(admission, adapters))
 
     def cancelled(self, reason: str) -> None:
         self.cancellations.labels(reason).inc()
