@@ -23,7 +23,6 @@ from gateway.config import Settings
 from gateway.errors import (
     BackendTimeoutError,
     GatewayError,
-    InvalidRequestError,
     ShuttingDownError,
     error_body,
 )
@@ -35,6 +34,7 @@ from gateway.schemas import ChatCompletionRequest, CompletionRequest, SamplingFi
 from gateway.streams import Tagged, batched, merge_tagged
 from gateway.translate.chat import chat_max_tokens, render_chat_prompt
 from gateway.translate.completions import check_completion_options, completion_prompts
+from gateway.translate.limits import check_chat_limits, check_prompt_limits, check_sampling_limits
 from gateway.translate.models import ResolvedModel, resolve_model
 from gateway.translate.sampling import resolve_max_tokens, stop_list, to_generation_request
 
@@ -116,16 +116,8 @@ class CompletionService:
     def _budget(self, requested: int | None, resolved: ResolvedModel, prompt: str) -> tuple[int, int | None]:
         """``max_tokens`` to send, and the prompt's token count (None without a tokenizer)."""
         settings = self.settings
-        if len(prompt) > settings.max_prompt_chars:
-            raise InvalidRequestError(
-                f"The prompt is {len(prompt)} characters; the limit is {settings.max_prompt_chars}.",
-                code="prompt_too_long",
-            )
         cap = settings.limits_for(resolved.model.name)[2]
-        if cap is not None and requested is not None and requested > cap:
-            raise InvalidRequestError(
-                f"max_tokens is {requested}; this gateway allows at most {cap}.", param="max_tokens"
-            )
+        check_prompt_limits(prompt, requested, max_prompt_chars=settings.max_prompt_chars, max_tokens_cap=cap)
         prompt_tokens = count_prompt_tokens(resolved.model, prompt)
         max_tokens = resolve_max_tokens(
             requested,
@@ -134,12 +126,6 @@ class CompletionService:
             fallback=settings.default_max_tokens,
         )
         return (min(max_tokens, cap) if cap is not None else max_tokens), prompt_tokens
-
-    def _check_common(self, body: SamplingFields) -> None:
-        if body.n > self.settings.max_n:
-            raise InvalidRequestError(f"n is {body.n}; this gateway allows at most {self.settings.max_n}.", param="n")
-        if body.stream_options is not None and not body.stream:
-            raise InvalidRequestError("stream_options is only allowed when stream is true", param="stream_options")
 
     def _prepared(
         self,
@@ -178,14 +164,7 @@ class CompletionService:
         )
 
     async def prepare_chat(self, body: ChatCompletionRequest, context: RequestContext) -> PreparedGeneration:
-        self._check_common(body)
-        if len(body.messages) > self.settings.max_messages:
-            raise InvalidRequestError(
-                f"{len(body.messages)} messages; this gateway allows at most {self.settings.max_messages}.",
-                param="messages",
-            )
-        if body.top_logprobs is not None and not body.logprobs:
-            raise InvalidRequestError("top_logprobs requires logprobs to be true", param="top_logprobs")
+        check_chat_limits(body, max_n=self.settings.max_n, max_messages=self.settings.max_messages)
         resolved = await self._resolve(body.model)
         prompt = render_chat_prompt(body, resolved)
         max_tokens, prompt_tokens = self._budget(chat_max_tokens(body), resolved, prompt)
@@ -198,7 +177,7 @@ class CompletionService:
                               prompt_tokens=(prompt_tokens,))
 
     async def prepare_completion(self, body: CompletionRequest, context: RequestContext) -> PreparedGeneration:
-        self._check_common(body)
+        check_sampling_limits(body, max_n=self.settings.max_n)
         check_completion_options(body)
         prompts = completion_prompts(body)
         resolved = await self._resolve(body.model)
