@@ -27,6 +27,7 @@ import grpc
 import orjson
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
+from gateway.backend.tensors import add_tensor, pack_bytes, split_bytes
 from gateway.backend.trtllm import build_trtllm_request, is_trtllm, parse_trtllm_response
 from gateway.backend.types import BackendModel, GenerationChunk, GenerationRequest
 from gateway.errors import (
@@ -55,15 +56,15 @@ NUM_INPUT_TOKENS = "num_input_tokens"
 NUM_OUTPUT_TOKENS = "num_output_tokens"
 LOGPROBS = "logprobs"
 
-_FINISH_NONE = {"None", "none", "null", ""}
-_UINT32 = struct.Struct("<I")
 
 # In-stream errors carry only a message (no status code), so known texts are classified here.
-_ERROR_PATTERNS: tuple[tuple[re.Pattern[str], type[GatewayError]], ...] = (
-    (re.compile(r"LoRA .* is not supported"), ModelNotFoundError),
-    (re.compile(r"unknown model|is not found|not ready|unavailable model", re.I), BackendUnavailableError),
+# (pattern, error type, the request field to name), first match wins.
+_ERROR_PATTERNS: tuple[tuple[re.Pattern[str], type[GatewayError], str | None], ...] = (
+    (re.compile(r"structured output|guided decoding", re.I), InvalidRequestError, "response_format"),
+    (re.compile(r"LoRA .* is not supported"), ModelNotFoundError, "model"),
+    (re.compile(r"unknown model|is not found|not ready|unavailable model", re.I), BackendUnavailableError, None),
     (re.compile(r"not supported by|invalid sampling|unknown sampling|sampling_parameters|INVALID_ARG", re.I),
-     InvalidRequestError),
+     InvalidRequestError, None),
 )
 
 _STATUS_ERRORS: dict[grpc.StatusCode, type[GatewayError]] = {
@@ -77,11 +78,9 @@ _STATUS_ERRORS: dict[grpc.StatusCode, type[GatewayError]] = {
 
 def classify_stream_error(message: str) -> GatewayError:
     """Map an error message sent inside the stream to a typed error."""
-    if re.search(r"structured output|guided decoding", message, re.I):
-        return InvalidRequestError(message, param="response_format")
-    for pattern, error_type in _ERROR_PATTERNS:
+    for pattern, error_type, param in _ERROR_PATTERNS:
         if pattern.search(message):
-            return error_type(message, param="model" if error_type is ModelNotFoundError else None)
+            return error_type(message, param=param)
     return BackendError(message)
 
 
@@ -96,50 +95,22 @@ def classify_rpc_error(error: grpc.aio.AioRpcError) -> GatewayError:
     return error_type(f"Triton error: {details}")
 
 
-def _bytes_tensor(request: Any, name: str, value: bytes) -> None:
-    tensor = request.inputs.add()
-    tensor.name = name
-    tensor.datatype = "BYTES"
-    tensor.shape.append(1)
-    request.raw_input_contents.append(_UINT32.pack(len(value)) + value)
-
-
-def _bool_tensor(request: Any, name: str, value: bool) -> None:
-    tensor = request.inputs.add()
-    tensor.name = name
-    tensor.datatype = "BOOL"
-    tensor.shape.append(1)
-    request.raw_input_contents.append(b"\x01" if value else b"\x00")
+def _bool(value: bool) -> bytes:
+    return b"\x01" if value else b"\x00"
 
 
 def build_infer_request(request: GenerationRequest) -> Any:
     """The one ``ModelInferRequest`` of a generation (vLLM-backend contract)."""
     infer = service_pb2.ModelInferRequest(model_name=request.model, id=request.request_id)
-    _bytes_tensor(infer, TEXT_INPUT, request.prompt.encode("utf-8"))
-    _bool_tensor(infer, STREAM, request.stream)
-    _bytes_tensor(infer, SAMPLING_PARAMETERS, orjson.dumps(dict(request.sampling)))
-    _bool_tensor(infer, EXCLUDE_INPUT_IN_OUTPUT, True)
-    _bool_tensor(infer, RETURN_FINISH_REASON, True)
-    _bool_tensor(infer, RETURN_NUM_INPUT_TOKENS, True)
-    _bool_tensor(infer, RETURN_NUM_OUTPUT_TOKENS, True)
+    add_tensor(infer, TEXT_INPUT, "BYTES", [1], pack_bytes(request.prompt.encode("utf-8")))
+    add_tensor(infer, STREAM, "BOOL", [1], _bool(request.stream))
+    add_tensor(infer, SAMPLING_PARAMETERS, "BYTES", [1], pack_bytes(orjson.dumps(dict(request.sampling))))
+    flags = [EXCLUDE_INPUT_IN_OUTPUT, RETURN_FINISH_REASON, RETURN_NUM_INPUT_TOKENS, RETURN_NUM_OUTPUT_TOKENS]
     if request.return_logprobs:
-        _bool_tensor(infer, RETURN_LOGPROBS, True)
+        flags.append(RETURN_LOGPROBS)
+    for flag in flags:
+        add_tensor(infer, flag, "BOOL", [1], _bool(True))
     return infer
-
-
-def _split_bytes(raw: bytes) -> list[bytes]:
-    """Triton's BYTES serialization: each element is a uint32 little-endian length and the bytes."""
-    end = len(raw)
-    if end >= 4 and int.from_bytes(raw[:4], "little") == end - 4:
-        return [raw[4:]]  # the common case: one sequence
-    out: list[bytes] = []
-    offset = 0
-    while offset < end:
-        (length,) = _UINT32.unpack_from(raw, offset)
-        offset += 4
-        out.append(raw[offset : offset + length])
-        offset += length
-    return out
 
 
 _NUMBER_FORMATS = {"UINT32": ("I", 4), "INT32": ("i", 4), "UINT64": ("Q", 8), "INT64": ("q", 8), "FP32": ("f", 4)}
@@ -176,16 +147,16 @@ def parse_infer_response(response: Any, final: bool) -> GenerationChunk:
         raw = raws[index] if index < len(raws) else b""
         name = output.name
         if name == TEXT_OUTPUT:
-            text = _split_bytes(raw)
+            text = split_bytes(raw)
         elif name == FINISH_REASON:
-            finish = tuple(map(_finish_reason, _split_bytes(raw)))
+            finish = tuple(map(_finish_reason, split_bytes(raw)))
         elif name == NUM_INPUT_TOKENS:
             values = _numbers(raw, output.datatype)
             num_in = int(values[0]) if values else None
         elif name == NUM_OUTPUT_TOKENS:
             num_out = tuple(map(int, _numbers(raw, output.datatype)))
         elif name == LOGPROBS:
-            logprobs = tuple(orjson.loads(r) for r in _split_bytes(raw))
+            logprobs = tuple(orjson.loads(r) for r in split_bytes(raw))
     return GenerationChunk(tuple(text), finish or (None,) * len(text), num_in, num_out, logprobs, final)
 
 
@@ -314,7 +285,7 @@ class TritonBackend:
                     raise classify_stream_error(reply.error_message)
                 response = reply.infer_response
                 if ensemble:
-                    yield parse_trtllm_response(response, _is_final(response), _split_bytes)
+                    yield parse_trtllm_response(response, _is_final(response))
                 else:
                     yield parse_infer_response(response, _is_final(response))
         except asyncio.CancelledError:

@@ -16,10 +16,10 @@ from typing import Any
 
 from tritonclient.grpc import service_pb2
 
+from gateway.backend.tensors import add_tensor, pack_bytes, split_bytes
 from gateway.backend.types import GenerationChunk, GenerationRequest
 from gateway.errors import InvalidRequestError
 
-_UINT32 = struct.Struct("<I")
 
 # SamplingParams field → (candidate tensor names in preference order, datatype, packer)
 _SCALARS: dict[str, tuple[tuple[str, ...], str, Callable[[Any], bytes]]] = {
@@ -39,30 +39,18 @@ _PARAM = {"structured_outputs": "response_format", "lora_name": "model"}
 _GATEWAY_SIDE = {"stop", "include_stop_str_in_output", "skip_special_tokens"}
 
 
-def _tensor(request: Any, name: str, datatype: str, shape: list[int], raw: bytes) -> None:
-    tensor = request.inputs.add()
-    tensor.name = name
-    tensor.datatype = datatype
-    tensor.shape.extend(shape)
-    request.raw_input_contents.append(raw)
-
-
-def _bytes(value: bytes) -> bytes:
-    return _UINT32.pack(len(value)) + value
-
-
 def build_trtllm_request(request: GenerationRequest, inputs: frozenset[str]) -> Any:
     """The ``ModelInferRequest`` for an ensemble that declares ``inputs``."""
     infer = service_pb2.ModelInferRequest(model_name=request.model, id=request.request_id)
-    _tensor(infer, "text_input", "BYTES", [1, 1], _bytes(request.prompt.encode("utf-8")))
+    add_tensor(infer, "text_input", "BYTES", [1, 1], pack_bytes(request.prompt.encode("utf-8")))
     if "stream" in inputs:
         # Always stream from the ensemble: each response is one step, which is how tokens are
         # counted for usage and finish_reason (the ensemble reports neither).
-        _tensor(infer, "stream", "BOOL", [1, 1], b"\x01")
+        add_tensor(infer, "stream", "BOOL", [1, 1], b"\x01")
     if "exclude_input_in_output" in inputs:
-        _tensor(infer, "exclude_input_in_output", "BOOL", [1, 1], b"\x01")
+        add_tensor(infer, "exclude_input_in_output", "BOOL", [1, 1], b"\x01")
     if "beam_width" in inputs:
-        _tensor(infer, "beam_width", "INT32", [1, 1], struct.pack("<i", 1))
+        add_tensor(infer, "beam_width", "INT32", [1, 1], struct.pack("<i", 1))
     for key, value in request.sampling.items():
         if key in _GATEWAY_SIDE or value is None:
             continue
@@ -77,20 +65,20 @@ def build_trtllm_request(request: GenerationRequest, inputs: frozenset[str]) -> 
             param = _PARAM.get(key, key)
             raise InvalidRequestError(f"'{param}' is not supported by the model '{request.model}' (TensorRT-LLM)",
                                       param=param)
-        _tensor(infer, name, spec[1], [1, 1], spec[2](value))
+        add_tensor(infer, name, spec[1], [1, 1], spec[2](value))
     stops = [s for s in request.sampling.get("stop") or () if s]
     if stops and "stop_words" in inputs:
-        _tensor(infer, "stop_words", "BYTES", [1, len(stops)], b"".join(_bytes(s.encode("utf-8")) for s in stops))
+        add_tensor(infer, "stop_words", "BYTES", [1, len(stops)], b"".join(pack_bytes(s.encode("utf-8")) for s in stops))
     return infer
 
 
-def parse_trtllm_response(response: Any, final: bool, split: Callable[[bytes], list[bytes]]) -> GenerationChunk:
+def parse_trtllm_response(response: Any, final: bool) -> GenerationChunk:
     """``text_output`` ([1, 1] or [1]) as one sequence; one token per non-empty response."""
     texts: list[bytes] = []
     raws = response.raw_output_contents
     for index, output in enumerate(response.outputs):
         if output.name == "text_output" and index < len(raws):
-            texts = split(raws[index])
+            texts = split_bytes(raws[index])
     text = b"".join(texts)
     return GenerationChunk((text,), (None,), None, (1,) if text else (0,), None, final)
 

@@ -1,0 +1,38 @@
+"""Triton's wire encoding of tensors in ``ModelInferRequest``/``ModelInferResponse`` raw contents,
+shared by both backend contracts (vLLM backend and TensorRT-LLM ensemble)."""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+_UINT32 = struct.Struct("<I")
+
+
+def add_tensor(request: Any, name: str, datatype: str, shape: list[int], raw: bytes) -> None:
+    """Append one input tensor with its raw bytes to a ``ModelInferRequest``."""
+    tensor = request.inputs.add()
+    tensor.name = name
+    tensor.datatype = datatype
+    tensor.shape.extend(shape)
+    request.raw_input_contents.append(raw)
+
+
+def pack_bytes(value: bytes) -> bytes:
+    """One BYTES element: a uint32 little-endian length, then the bytes."""
+    return _UINT32.pack(len(value)) + value
+
+
+def split_bytes(raw: bytes) -> list[bytes]:
+    """The elements of a raw BYTES tensor."""
+    end = len(raw)
+    if end >= 4 and int.from_bytes(raw[:4], "little") == end - 4:
+        return [raw[4:]]  # the common case: one sequence
+    out: list[bytes] = []
+    offset = 0
+    while offset < end:
+        (length,) = _UINT32.unpack_from(raw, offset)
+        offset += 4
+        out.append(raw[offset : offset + length])
+        offset += length
+    return out
