@@ -89,6 +89,19 @@ def _run(prepared: PreparedGeneration) -> RequestAssembler:
     )
 
 
+def _feed(run: RequestAssembler, batch: list[Tagged]) -> tuple[list[ChoiceEvent], bool]:
+    """Feed a batch of backend chunks until every choice is done: the events, and whether the
+    last chunk fed was the backend's final one."""
+    events: list[ChoiceEvent] = []
+    final = False
+    for item in batch:
+        final = item[1].final
+        events.extend(run.feed(item))
+        if run.done:
+            break
+    return events, final
+
+
 def count_prompt_tokens(model: ServedModel, prompt: str) -> int | None:
     if model.tokenizer is None:
         return None
@@ -224,15 +237,12 @@ class CompletionService:
 
     # -- generate, assemble, encode ---------------------------------------------------------------
 
-    def _source(self, prepared: PreparedGeneration) -> AsyncIterator[Tagged]:
-        """Tagged chunks of every prompt's generation (non-streaming path)."""
-        return merge_tagged([self.backend.generate(r) for r in prepared.requests])
-
     def _batches(self, prepared: PreparedGeneration) -> AsyncIterator[list[Tagged]]:
-        """Tagged chunks in batches (streaming path); one prompt needs no merge layer."""
+        """Every prompt's chunks, tagged with the prompt's position, in batches; one prompt needs
+        no merge layer."""
         if len(prepared.requests) == 1:
             return batched(self.backend.generate(prepared.requests[0]), position=0)
-        return batched(self._source(prepared))
+        return batched(merge_tagged([self.backend.generate(r) for r in prepared.requests]))
 
     def _encoder(self, prepared: PreparedGeneration) -> ChunkEncoder:
         return ChunkEncoder(
@@ -292,17 +302,6 @@ class CompletionService:
         batches = self._batches(prepared)
         status, reason, error = 499, "client_disconnect", None
         final = False
-
-        def feed(batch: list[Tagged]) -> list[ChoiceEvent]:
-            nonlocal final
-            events: list[ChoiceEvent] = []
-            for item in batch:
-                final = item[1].final
-                events.extend(run.feed(item))
-                if run.done:
-                    break
-            return coalesce(events)
-
         try:
             try:
                 first = await anext(batches, None)
@@ -313,7 +312,8 @@ class CompletionService:
             if first is None:
                 final, events = True, run.close()
             else:
-                events = feed(first)
+                events, final = _feed(run, first)
+                events = coalesce(events)
             yield self._opening(prepared, encoder, run.usage if continuous else None)
             try:
                 if events:
@@ -323,7 +323,8 @@ class CompletionService:
                         now = time.perf_counter()
                         gap.observe(now - record.last_token)
                         record.last_token = now
-                        events = feed(batch)
+                        events, final = _feed(run, batch)
+                        events = coalesce(events)
                         if events:
                             yield encoder.events(events, run.usage if continuous else None)
                         if run.done:
@@ -358,7 +359,7 @@ class CompletionService:
             for index in range(choices):
                 texts[index].append(prepared.echo[index // prepared.n])
         logprobs: list[list[Any]] = [[] for _ in range(choices)]
-        source = self._source(prepared)
+        batches = self._batches(prepared)
         status, reason, error = 499, "client_disconnect", None
         final = False
 
@@ -369,11 +370,11 @@ class CompletionService:
                     logprobs[event.index].append(event.logprobs)
 
         try:
-            async for item in source:
+            async for batch in batches:
                 if record.first_token is None:
                     record.first_token = time.perf_counter()
-                final = item[1].final
-                collect(run.feed(item))
+                events, final = _feed(run, batch)
+                collect(events)
                 if run.done:
                     break
             else:
@@ -384,7 +385,7 @@ class CompletionService:
             status, reason, error = exc.status_code, self._error_outcome(exc), exc
             raise
         finally:
-            await source.aclose()  # type: ignore[attr-defined]
+            await batches.aclose()  # type: ignore[attr-defined]
             ticket.release()
             self._finish(prepared, run, status, reason, error)
         return completion_object(

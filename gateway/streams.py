@@ -10,11 +10,10 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 from gateway.backend.types import GenerationChunk
 
-T = TypeVar("T")
 Tagged = tuple[int, GenerationChunk]
 
 
