@@ -12,10 +12,8 @@ import re
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
-import grpc
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.exceptions import RequestValidationError
@@ -23,7 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.backend.triton import TritonBackend
+from gateway.backend.triton import TritonBackend, TritonTLS
 from gateway.backend.types import Backend
 from gateway.catalog import ModelCatalog
 from gateway.config import Settings
@@ -125,24 +123,16 @@ async def _unexpected_error(request: Request, exc: Exception) -> JSONBytesRespon
     return _json_error(GatewayError("The server had an error while processing your request."))
 
 
-def triton_credentials(settings: Settings) -> grpc.ChannelCredentials | None:
+def triton_tls(settings: Settings) -> TritonTLS | None:
     if not settings.triton_ssl:
         return None
-
-    def read(path: Path | None) -> bytes | None:
-        return path.read_bytes() if path is not None else None
-
-    return grpc.ssl_channel_credentials(
-        root_certificates=read(settings.triton_ssl_root_certs),
-        private_key=read(settings.triton_ssl_client_key),
-        certificate_chain=read(settings.triton_ssl_client_cert),
-    )
+    return TritonTLS(settings.triton_ssl_root_certs, settings.triton_ssl_client_cert, settings.triton_ssl_client_key)
 
 
 def create_app(settings: Settings, backend: Backend | None = None) -> FastAPI:
     """Build the app. ``backend`` defaults to a ``TritonBackend`` on ``settings.triton_url``."""
     the_backend: Backend = backend or TritonBackend(
-        settings.triton_url, keepalive_ms=settings.grpc_keepalive_ms, credentials=triton_credentials(settings)
+        settings.triton_url, keepalive_ms=settings.grpc_keepalive_ms, tls=triton_tls(settings)
     )
     catalog = ModelCatalog(the_backend, settings.model_repository, settings.model_refresh_interval)
     admission = Admission(lambda model: settings.limits_for(model)[:2], settings.queue_timeout)

@@ -253,8 +253,7 @@ class RequestAssembler:
     def finish_reasons(self) -> list[str | None]:
         return [c.finish_reason for a in self.assemblers for c in a.choices]
 
-    def feed(self, item: tuple[int, GenerationChunk]) -> list[ChoiceEvent]:
-        position, chunk = item
+    def feed(self, position: int, chunk: GenerationChunk) -> list[ChoiceEvent]:
         events = self.assemblers[position].feed(chunk)
         if position == 0 and self.top is None:
             return events  # the common case: nothing to rewrite

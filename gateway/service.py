@@ -17,7 +17,7 @@ from typing import Any
 
 from gateway.admission import Admission, Ticket
 from gateway.assemble import ChoiceEvent, RequestAssembler, Usage, coalesce
-from gateway.backend.types import Backend, GenerationRequest
+from gateway.backend.types import Backend, GenerationChunk, GenerationRequest
 from gateway.catalog import ModelCatalog, ServedModel
 from gateway.config import Settings
 from gateway.errors import (
@@ -31,7 +31,7 @@ from gateway.metrics import Metrics, RequestRecord
 from gateway.logprobs import merge_completion_logprobs
 from gateway.responses import DONE_FRAME, ChunkEncoder, completion_object, error_frame
 from gateway.schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
-from gateway.streams import Tagged, batched, merge_tagged
+from gateway.streams import Positioned, merge
 from gateway.translate.chat import chat_max_tokens, render_chat_prompt
 from gateway.translate.completions import check_completion_options, completion_prompts
 from gateway.translate.limits import check_chat_limits, check_prompt_limits, check_sampling_limits
@@ -89,14 +89,15 @@ def _run(prepared: PreparedGeneration) -> RequestAssembler:
     )
 
 
-def _feed(run: RequestAssembler, batch: list[Tagged]) -> tuple[list[ChoiceEvent], bool]:
-    """Feed a batch of backend chunks until every choice is done: the events, and whether the
-    last chunk fed was the backend's final one."""
+def _feed(run: RequestAssembler, positioned: Positioned[GenerationChunk]) -> tuple[list[ChoiceEvent], bool]:
+    """Feed one prompt's batch of backend chunks until every choice is done: the events, and
+    whether the last chunk fed was the backend's final one."""
+    position, batch = positioned
     events: list[ChoiceEvent] = []
     final = False
-    for item in batch:
-        final = item[1].final
-        events.extend(run.feed(item))
+    for chunk in batch:
+        final = chunk.final
+        events.extend(run.feed(position, chunk))
         if run.done:
             break
     return events, final
@@ -237,12 +238,9 @@ class CompletionService:
 
     # -- generate, assemble, encode ---------------------------------------------------------------
 
-    def _batches(self, prepared: PreparedGeneration) -> AsyncIterator[list[Tagged]]:
-        """Every prompt's chunks, tagged with the prompt's position, in batches; one prompt needs
-        no merge layer."""
-        if len(prepared.requests) == 1:
-            return batched(self.backend.generate(prepared.requests[0]), position=0)
-        return batched(merge_tagged([self.backend.generate(r) for r in prepared.requests]))
+    def _batches(self, prepared: PreparedGeneration) -> AsyncIterator[Positioned[GenerationChunk]]:
+        """Every prompt's chunks in batches, with the prompt's position."""
+        return merge([self.backend.generate(r) for r in prepared.requests])
 
     def _encoder(self, prepared: PreparedGeneration) -> ChunkEncoder:
         return ChunkEncoder(
@@ -292,7 +290,7 @@ class CompletionService:
         """SSE frames. Errors before the first backend response propagate (so the edge can still
         answer with a status code); after that they become one error event that ends the stream.
         Backend responses that piled up while the client was being written to are sent as one
-        coalesced chunk per choice (see ``streams.batched``)."""
+        coalesced chunk per choice (see ``Backend.generate``)."""
         encoder = self._encoder(prepared)
         run = _run(prepared)
         record = prepared.record

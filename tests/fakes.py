@@ -39,7 +39,7 @@ class ScriptedBackend:
     def abort_all(self, error: Exception) -> int:
         return 0
 
-    async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[list[GenerationChunk]]:
         self.requests.append(request)
         completed = False
         try:
@@ -48,7 +48,7 @@ class ScriptedBackend:
                     await asyncio.sleep(self.delay)
                 if isinstance(item, GatewayError):
                     raise item
-                yield item
+                yield [item]
             completed = True
         finally:
             if completed:

@@ -76,7 +76,9 @@ class Backend(Protocol):
         """Cancel every generation in flight; each raises ``error`` to its consumer."""
         ...
 
-    def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
-        """Yield chunks until the backend's final one. Closing the iterator early (``aclose``,
-        cancellation) must cancel the backend's work for this request."""
+    def generate(self, request: GenerationRequest) -> AsyncIterator[list[GenerationChunk]]:
+        """Yield batches of chunks until the backend's final one: each batch is everything that
+        arrived since the consumer last asked, so a consumer busy writing to a slow client takes
+        the pile at once. Closing the iterator early (``aclose``, cancellation) must cancel the
+        backend's work for this request."""
         ...

@@ -144,7 +144,7 @@ def test_legacy_logprob_offsets_continue_across_chunks_and_after_echo() -> None:
         return {"1": {"logprob": -1.0, "rank": 1, "decoded_token": token}}
 
     run = RequestAssembler(n=1, chat=False, top_logprobs=0, max_tokens=[5], echo=["abc"])
-    first = run.feed((0, GenerationChunk((b"ab",), (None,), 1, (2,), ([entry("a"), entry("b")],))))
-    second = run.feed((0, GenerationChunk((b"cd",), ("length",), 1, (2,), ([entry("c"), entry("d")],), True)))
+    first = run.feed(0, GenerationChunk((b"ab",), (None,), 1, (2,), ([entry("a"), entry("b")],)))
+    second = run.feed(0, GenerationChunk((b"cd",), ("length",), 1, (2,), ([entry("c"), entry("d")],), True))
     assert first[0].logprobs["text_offset"] == [3, 4]
     assert second[0].logprobs["text_offset"] == [5, 6]

@@ -1,4 +1,4 @@
-"""Batching and merging of backend iterators: nothing lost, nothing left running."""
+"""Merging backend generations: every batch once with its prompt's position, nothing left running."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from gateway.streams import batched
+from gateway.streams import merge
 
 pytestmark = pytest.mark.anyio
 
@@ -18,51 +18,48 @@ def anyio_backend() -> str:
 
 
 class Source:
-    def __init__(self, items: int, delay: float = 0.0, fail_at: int | None = None) -> None:
-        self.items, self.delay, self.fail_at = items, delay, fail_at
+    def __init__(self, batches: int, delay: float = 0.0, fail_at: int | None = None, tag: str = "") -> None:
+        self.batches, self.delay, self.fail_at, self.tag = batches, delay, fail_at, tag
         self.closed = False
 
-    async def run(self) -> AsyncIterator[int]:
+    async def run(self) -> AsyncIterator[list[str]]:
         try:
-            for i in range(self.items):
+            for i in range(self.batches):
                 if self.fail_at == i:
                     raise ValueError("boom")
                 await asyncio.sleep(self.delay)
-                yield i
+                yield [f"{self.tag}{i}a", f"{self.tag}{i}b"]
         finally:
             self.closed = True
 
 
-async def test_batches_deliver_every_item_in_order() -> None:
-    source = Source(50, delay=0.0005)
-    seen = [item async for batch in batched(source.run()) for item in batch]
-    assert seen == list(range(50)) and source.closed
+async def test_one_source_keeps_its_batches_at_position_zero() -> None:
+    source = Source(5)
+    seen = [item async for item in merge([source.run()])]
+    assert seen == [(0, [f"{i}a", f"{i}b"]) for i in range(5)] and source.closed
 
 
-async def test_a_slow_consumer_gets_larger_batches() -> None:
-    source = Source(40, delay=0.001)
-    sizes = []
-    async for batch in batched(source.run()):
-        sizes.append(len(batch))
-        await asyncio.sleep(0.01)
-    assert sum(sizes) == 40 and max(sizes) > 1
+async def test_several_sources_deliver_every_batch_with_its_position() -> None:
+    sources = [Source(6, delay=0.001 * (k + 1), tag=f"s{k}-") for k in range(3)]
+    seen = [item async for item in merge([s.run() for s in sources])]
+    for k, source in enumerate(sources):
+        mine = [batch for position, batch in seen if position == k]
+        assert mine == [[f"s{k}-{i}a", f"s{k}-{i}b"] for i in range(6)]
+        assert source.closed
 
 
-async def test_errors_reach_the_consumer_after_the_items_before_them() -> None:
-    seen: list[int] = []
+async def test_errors_reach_the_consumer_after_the_batches_before_them() -> None:
+    seen: list[list[str]] = []
     with pytest.raises(ValueError, match="boom"):
-        async for batch in batched(Source(10, fail_at=3).run()):
-            seen.extend(batch)
-    assert seen == [0, 1, 2]
+        async for _, batch in merge([Source(10, fail_at=3).run()]):
+            seen.append(batch)
+    assert seen == [["0a", "0b"], ["1a", "1b"], ["2a", "2b"]]
 
 
-async def test_closing_early_closes_the_source() -> None:
-    source = Source(1000, delay=0.001)
-    stream = batched(source.run())
+@pytest.mark.parametrize("count", [1, 3])
+async def test_closing_early_closes_every_source(count: int) -> None:
+    sources = [Source(1000, delay=0.001) for _ in range(count)]
+    stream = merge([s.run() for s in sources])
     await anext(stream)
     await stream.aclose()  # type: ignore[attr-defined]
-    for _ in range(20):
-        if source.closed:
-            break
-        await asyncio.sleep(0.005)
-    assert source.closed
+    assert all(s.closed for s in sources)
