@@ -39,6 +39,9 @@ OK, CANCELLED, UNKNOWN, DEADLINE_EXCEEDED, INTERNAL, UNAVAILABLE = 0, 1, 2, 4, 1
 
 _END_STREAM, _PADDED = 0x1, 0x8
 
+_LAST_STREAM_ID = 2**31 - 1 - 2 * 65536
+"""Retire a connection well before HTTP/2's stream ids run out (after ~1e9 calls)."""
+
 _WINDOW = 16 * 1024 * 1024
 """Receive window per call and for the connection: large enough that Triton never waits for us
 (a generation's whole output fits); data is acknowledged as it is parsed, not as it is consumed,
@@ -189,7 +192,6 @@ class GrpcConnection(asyncio.Protocol):
         self._ping_unanswered = False
         self.closed = False
         self.going_away = False
-        self.lost = self.loop.create_future()
 
     @property
     def usable(self) -> bool:
@@ -319,8 +321,6 @@ class GrpcConnection(asyncio.Protocol):
         for waiter in self._slots:
             if not waiter.done():
                 waiter.set_result(None)
-        if not self.lost.done():
-            self.lost.set_result(None)
 
     # -- calls ---------------------------------------------------------------------------------
 
@@ -334,6 +334,8 @@ class GrpcConnection(asyncio.Protocol):
             raise CallError(UNAVAILABLE, "the connection to the server is closing")
         call: StreamCall[T] = StreamCall(self, parse)
         sid = call.stream_id = self._h2.get_next_available_stream_id()
+        if sid > _LAST_STREAM_ID:
+            self.going_away = True  # stream ids run out: the next call opens a new connection
         self._h2.send_headers(sid, [
             (b":method", b"POST"),
             (b":scheme", self._scheme),
@@ -393,6 +395,9 @@ class GrpcConnection(asyncio.Protocol):
             self._transport.write(out)
 
     def _release_slot(self) -> None:
+        """A call left: let a waiting caller open one; close a retired connection once idle."""
+        if self.going_away and not self._calls and self._transport is not None and not self.closed:
+            self._transport.close()
         while self._slots:
             waiter = self._slots.popleft()
             if not waiter.done():
@@ -416,8 +421,7 @@ class GrpcConnection(asyncio.Protocol):
         for waiter in self._slots:
             if not waiter.done():
                 waiter.set_result(None)
-        if not self._calls and self._transport is not None:
-            self._transport.close()
+        self._release_slot()
 
     def _ping(self) -> None:
         """Keepalive: a connection whose ping went unanswered for a whole interval is dead (a
