@@ -8,11 +8,14 @@ a ``Settings`` by hand and know it sees everything.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+_HOST_PORT = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):\d{1,5}$")
 
 ENV_PREFIX = "GATEWAY_"
 
@@ -132,7 +135,7 @@ class Settings(BaseSettings):
     """Log one JSON line per request (ids, model, status, tokens, timings; never text)."""
 
     triton_ssl: bool = False
-    """Use TLS for the gRPC channel to Triton."""
+    """Use TLS for the gRPC connections to Triton."""
 
     triton_ssl_root_certs: Path | None = None
     """PEM file of CA certificates to verify Triton (default: the system's)."""
@@ -144,7 +147,8 @@ class Settings(BaseSettings):
     """PEM private key of the client certificate."""
 
     grpc_keepalive_ms: int = Field(default=30_000, ge=1000)
-    """gRPC keepalive ping interval to Triton, so a dead peer is noticed on idle channels."""
+    """Keepalive ping interval to Triton (the gRPC channel and the streaming connection), so a dead
+    peer fails its calls instead of hanging them."""
 
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     """Log level of the gateway's loggers."""
@@ -173,6 +177,15 @@ class Settings(BaseSettings):
     def _split_repositories(cls, value: object) -> object:
         if isinstance(value, (str, Path)):
             return [Path(p.strip()) for p in str(value).split(",") if p.strip()]
+        return value
+
+    @field_validator("triton_url")
+    @classmethod
+    def _host_and_port(cls, value: str) -> str:
+        """Fail at start, not with a 503 on every request: the streaming connection dials
+        ``host:port`` itself (no gRPC target syntax such as ``dns:///``)."""
+        if not _HOST_PORT.match(value):
+            raise ValueError(f"triton_url must be host:port (IPv6 as [addr]:port), got {value!r}")
         return value
 
     @field_validator("lora_separator")

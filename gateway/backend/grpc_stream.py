@@ -105,16 +105,21 @@ class StreamCall(Generic[T]):
 
     def _headers(self, headers: list[tuple[bytes, bytes]]) -> None:
         """Response headers, trailers, or a trailers-only response: look for the gRPC status."""
+        status: int | None = None
+        message = ""
         for name, value in headers:
             if name == b"grpc-status":
-                self._status = int(value)
+                status = int(value) if value.isdigit() else UNKNOWN
+            elif name == b"grpc-message":
+                message = urllib.parse.unquote(value.decode("utf-8", "replace"))
             elif name == b":status" and value != b"200":
-                self._status = UNAVAILABLE if value in (b"502", b"503", b"504") else UNKNOWN
-                self._error = CallError(self._status, f"HTTP status {value.decode()} from the server")
-            elif name == b"grpc-message" and self._status not in (None, OK) and self._error is None:
-                self._error = CallError(self._status, urllib.parse.unquote(value.decode("utf-8", "replace")))
-        if self._status not in (None, OK) and self._error is None:
-            self._error = CallError(self._status, f"gRPC status {self._status}")
+                status = UNAVAILABLE if value in (b"502", b"503", b"504") else UNKNOWN
+                message = message or f"HTTP status {value.decode('latin-1')} from the server"
+        if status is None:
+            return
+        self._status = status
+        if status != OK and self._error is None:
+            self._error = CallError(status, message or f"gRPC status {status}")
 
     def _ended(self) -> None:
         if self._status is None:

@@ -126,18 +126,23 @@ def build_infer_request(request: GenerationRequest) -> Any:
 
 
 _NUMBER_FORMATS = {"UINT32": ("I", 4), "INT32": ("i", 4), "UINT64": ("Q", 8), "INT64": ("q", 8), "FP32": ("f", 4)}
+_ONE_NUMBER = {datatype: (struct.Struct("<" + code).unpack, size) for datatype, (code, size) in _NUMBER_FORMATS.items()}
 
 
 def _numbers(raw: bytes, datatype: str) -> tuple[int, ...] | tuple[float, ...]:
     try:
-        code, size = _NUMBER_FORMATS[datatype]
+        unpack, size = _ONE_NUMBER[datatype]
     except KeyError:
         raise BackendError(f"unexpected datatype {datatype} from backend") from None
-    return struct.unpack(f"<{len(raw) // size}{code}", raw)
+    if len(raw) == size:
+        return unpack(raw)  # type: ignore[no-any-return]
+    return struct.unpack(f"<{len(raw) // size}{_NUMBER_FORMATS[datatype][0]}", raw)
 
 
 _FINISH_REASONS: dict[bytes, str | None] = {b"None": None, b"none": None, b"null": None, b"": None,
                                              b"stop": "stop", b"length": "length", b"abort": "abort"}
+_UNFINISHED = pack_bytes(b"None")
+"""The finish_reason tensor of every response but the last: one element, "None"."""
 
 
 def _finish_reason(raw: bytes) -> str | None:
@@ -148,20 +153,19 @@ def _finish_reason(raw: bytes) -> str | None:
 
 
 def parse_infer_response(response: Any, final: bool) -> GenerationChunk:
-    """Turn one ``ModelInferResponse`` into a chunk without numpy (hot path: once per token)."""
-    text: list[bytes] = []
+    """Turn one ``ModelInferResponse`` into a chunk without numpy (hot path: once per token, so
+    each protobuf field is read once and the usual one-sequence values take a shortcut)."""
+    text: tuple[bytes, ...] = ()
     finish: tuple[str | None, ...] | None = None
     num_in: int | None = None
     num_out: tuple[int, ...] | None = None
     logprobs: tuple[Any, ...] | None = None
-    raws = response.raw_output_contents
-    for index, output in enumerate(response.outputs):
-        raw = raws[index] if index < len(raws) else b""
+    for output, raw in zip(response.outputs, response.raw_output_contents):
         name = output.name
         if name == TEXT_OUTPUT:
-            text = split_bytes(raw)
+            text = tuple(split_bytes(raw))
         elif name == FINISH_REASON:
-            finish = tuple(map(_finish_reason, split_bytes(raw)))
+            finish = (None,) if raw == _UNFINISHED else tuple(map(_finish_reason, split_bytes(raw)))
         elif name == NUM_INPUT_TOKENS:
             values = _numbers(raw, output.datatype)
             num_in = int(values[0]) if values else None
@@ -169,7 +173,7 @@ def parse_infer_response(response: Any, final: bool) -> GenerationChunk:
             num_out = tuple(map(int, _numbers(raw, output.datatype)))
         elif name == LOGPROBS:
             logprobs = tuple(orjson.loads(r) for r in split_bytes(raw))
-    return GenerationChunk(tuple(text), finish or (None,) * len(text), num_in, num_out, logprobs, final)
+    return GenerationChunk(text, finish or (None,) * len(text), num_in, num_out, logprobs, final)
 
 
 def _is_final(response: Any) -> bool:

@@ -48,3 +48,14 @@ def test_invalid_values_are_refused() -> None:
         Settings(port=70000)
     with pytest.raises(ValueError):
         Settings(lora_separator="")
+
+
+@pytest.mark.parametrize("url", ["localhost:8001", "triton.ns.svc.cluster.local:8001", "10.0.0.7:8001", "[::1]:8001"])
+def test_triton_url_takes_host_and_port(url: str) -> None:
+    assert Settings(triton_url=url).triton_url == url
+
+
+@pytest.mark.parametrize("url", ["localhost", "dns:///triton:8001", "grpc://triton:8001", "triton:port", ""])
+def test_triton_url_that_is_not_host_and_port_is_refused(url: str) -> None:
+    with pytest.raises(ValueError, match="host:port"):
+        Settings(triton_url=url)

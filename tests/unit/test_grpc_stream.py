@@ -177,8 +177,9 @@ async def test_a_non_ok_status_in_the_trailers_is_raised_after_the_messages() ->
 
 async def test_a_trailers_only_response_carries_the_error() -> None:
     async def script(peer: Peer, sid: int, request: bytes) -> None:
+        # the message before the status: their order is not fixed
         peer.h2.send_headers(sid, [(b":status", b"200"), (b"content-type", b"application/grpc"),
-                                   (b"grpc-status", b"5"), (b"grpc-message", b"unknown model")], end_stream=True)
+                                   (b"grpc-message", b"unknown model"), (b"grpc-status", b"5")], end_stream=True)
         peer.flush()
 
     async with serve(script) as (connection, _):
