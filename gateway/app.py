@@ -33,6 +33,7 @@ from gateway.routes import chat, completions, health, metrics, models
 from gateway.security import ApiKeyMiddleware, BodySizeLimitMiddleware
 from gateway.routes.common import ClientDisconnected, JSONBytesResponse
 from gateway.service import CompletionService
+from gateway.sse import BODY_SEND
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +43,12 @@ _REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 
 class RequestIdMiddleware:
     """Accept ``X-Request-Id`` (or make one), keep it in ``scope["state"]`` for the Triton request
-    id and logs, and echo it on the response. Pure ASGI: no per-request task or body buffering."""
+    id and logs, and echo it on the response. Pure ASGI: no per-request task or body buffering.
+
+    It also leaves the ``send`` it was given in ``scope["state"]["body_send"]``: once a stream's
+    headers are out, the wrappers between here and the route (this one, and Starlette's exception
+    handlers, which only watch for the response start) pass body messages through untouched, so
+    ``sse.SSEResponse`` writes its frames there directly, three calls fewer per token."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -57,7 +63,9 @@ class RequestIdMiddleware:
                 incoming = value.decode("latin-1")
                 break
         request_id = incoming if _REQUEST_ID_OK.match(incoming) else uuid.uuid4().hex
-        scope.setdefault("state", {})["request_id"] = request_id
+        state = scope.setdefault("state", {})
+        state["request_id"] = request_id
+        state[BODY_SEND] = send
         request_id_var.set(request_id)
         header = (b"x-request-id", request_id.encode("latin-1"))
 

@@ -9,7 +9,9 @@ event, or a 503), and only then does uvicorn stop. A second signal stops at once
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
+import socket
 import time
 from types import FrameType
 
@@ -27,6 +29,10 @@ class DrainingServer(uvicorn.Server):
         self._service = service
         self._grace = grace
         self._drain_task: asyncio.Task[None] | None = None
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        tune_gc()
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if self._drain_task is not None or self._grace <= 0:
@@ -57,3 +63,22 @@ class DrainingServer(uvicorn.Server):
             while service.admission.in_flight and time.monotonic() < until:
                 await asyncio.sleep(0.05)
         self.should_exit = True
+
+
+GC_YOUNG_THRESHOLD = 20_000
+
+
+def tune_gc() -> None:
+    """Keep the cyclic garbage collector off the per-token path.
+
+    Every token allocates a few short-lived containers; with Python's default young-generation
+    threshold (700) the collector ran ~30 times a second under load, each pass walking every
+    object still alive, and a full pass walking the ~100k objects of FastAPI, pydantic, protobuf
+    and the tokenizers: 320 ms of collection in a 10 s run at 64 streams (~5 µs per token).
+    Freezing what exists after startup takes those objects out of every pass, and a higher
+    threshold lets short-lived objects die by reference counting before a pass sees them:
+    25 ms in the same run. Cycles are still collected, just in larger, rarer batches.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, 20, 20)

@@ -79,6 +79,9 @@ async def prime(frames: AsyncIterator[bytes], wait: float) -> AsyncIterator[byte
 
 
 PING_FRAME = b": ping\n\n"
+BODY_SEND = "body_send"
+"""``scope["state"]`` key of the outer ``send`` to write body frames with (see
+``app.RequestIdMiddleware``); without it, frames go through the ``send`` the response was given."""
 
 
 class SSEResponse(Response):
@@ -133,6 +136,7 @@ class SSEResponse(Response):
             timer = loop.call_later(self.ping_interval - idle, ping_if_idle)
 
         await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        send = scope.get("state", {}).get(BODY_SEND, send)
         watcher = loop.create_task(watch())
         timer = loop.call_later(self.ping_interval, ping_if_idle)
         try:
