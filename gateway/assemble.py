@@ -152,7 +152,10 @@ class GenerationAssembler:
 
     @property
     def done(self) -> bool:
-        return all(choice.done for choice in self.choices)
+        choices = self.choices
+        if len(choices) == 1:  # asked twice per token: skip the generator for the usual n = 1
+            return choices[0].finish_reason is not None
+        return all(choice.done for choice in choices)
 
     @property
     def usage(self) -> Usage:
@@ -242,7 +245,10 @@ class RequestAssembler:
 
     @property
     def done(self) -> bool:
-        return all(a.done for a in self.assemblers)
+        assemblers = self.assemblers
+        if len(assemblers) == 1:
+            return assemblers[0].done
+        return all(a.done for a in assemblers)
 
     @property
     def usage(self) -> Usage:

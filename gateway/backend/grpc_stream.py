@@ -350,15 +350,19 @@ class GrpcConnection(asyncio.Protocol):
         sid = call.stream_id = self._h2.get_next_available_stream_id()
         if sid > _LAST_STREAM_ID:
             self.going_away = True  # stream ids run out: the next call opens a new connection
-        self._h2.send_headers(sid, [
-            (b":method", b"POST"),
-            (b":scheme", self._scheme),
-            (b":path", path),
-            (b":authority", self._authority),
-            (b"content-type", b"application/grpc"),
-            (b"te", b"trailers"),
-            (b"user-agent", b"triton-openai-gateway"),
-        ])
+        try:
+            self._h2.send_headers(sid, [
+                (b":method", b"POST"),
+                (b":scheme", self._scheme),
+                (b":path", path),
+                (b":authority", self._authority),
+                (b"content-type", b"application/grpc"),
+                (b"te", b"trailers"),
+                (b"user-agent", b"triton-openai-gateway"),
+            ])
+        except h2.exceptions.ProtocolError as exc:  # the connection is closing under us
+            self.going_away = True
+            raise CallError(UNAVAILABLE, f"cannot start a call on this connection: {exc}") from exc
         self._calls[sid] = call
         self._unsent[sid] = b"\x00" + len(message).to_bytes(4, "big") + message
         self._send_unsent()
@@ -392,12 +396,15 @@ class GrpcConnection(asyncio.Protocol):
     def _send_unsent(self) -> None:
         h2conn = self._h2
         for sid, data in list(self._unsent.items()):
-            while data:
-                room = min(h2conn.local_flow_control_window(sid), h2conn.max_outbound_frame_size)
-                if room <= 0:
-                    break
-                piece, data = data[:room], data[room:]
-                h2conn.send_data(sid, piece, end_stream=not data)
+            try:
+                while data:
+                    room = min(h2conn.local_flow_control_window(sid), h2conn.max_outbound_frame_size)
+                    if room <= 0:
+                        break
+                    piece, data = data[:room], data[room:]
+                    h2conn.send_data(sid, piece, end_stream=not data)
+            except h2.exceptions.StreamClosedError:
+                data = b""  # the server already ended this call; its end reaches the consumer
             if data:
                 self._unsent[sid] = data
             else:

@@ -1,0 +1,161 @@
+"""CPU per token of the gateway's own per-token path, in one process, without sockets or Triton.
+
+A real ``GrpcConnection`` is fed the exact bytes an HTTP/2 gRPC server sends (made by an h2
+server-side connection: headers, one DATA frame per token, trailers), and ``CompletionService``
+turns them into SSE frames as it does for a real request; only the sockets, uvicorn and Triton
+are missing. On a shared 2-core box the end-to-end figure (``gateway_bench.py``) moves ±15 % run
+to run; this one is steady to a few percent, so it is the tool to compare two versions of the hot
+path. Its µs/token is *part* of the gateway's: add the socket write per chunk (~12-15 µs), the
+event-loop wake-ups, uvicorn and the per-request HTTP work.
+
+    .venv/bin/python bench/hotpath.py --requests 300 --tokens 64
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import struct
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import h2.config
+import h2.connection
+import h2.events
+from tritonclient.grpc import service_pb2
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gateway.admission import Admission  # noqa: E402
+from gateway.backend.grpc_stream import GrpcConnection  # noqa: E402
+from gateway.backend.triton import TritonBackend  # noqa: E402
+from gateway.backend.types import BackendModel  # noqa: E402
+from gateway.catalog import ModelCatalog  # noqa: E402
+from gateway.config import Settings  # noqa: E402
+from gateway.metrics import Metrics  # noqa: E402
+from gateway.schemas import CompletionRequest  # noqa: E402
+from gateway.service import CompletionService, RequestContext  # noqa: E402
+
+
+class _Transport:
+    def __init__(self) -> None:
+        self.out: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.out.append(data)
+
+    def get_extra_info(self, name: str) -> Any:
+        return None
+
+    def is_closing(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+
+def _response(text: bytes, final: bool, reason: bytes) -> bytes:
+    reply = service_pb2.ModelStreamInferResponse()
+    response = reply.infer_response
+    response.model_name, response.id = "firehose", "0123456789abcdef0123456789abcdef"
+    for name, datatype in (("text_output", "BYTES"), ("finish_reason", "BYTES"), ("num_input_tokens", "UINT32"),
+                           ("num_output_tokens", "UINT32")):
+        tensor = response.outputs.add()
+        tensor.name, tensor.datatype = name, datatype
+        tensor.shape.append(1)
+    response.raw_output_contents.extend([struct.pack("<I", len(text)) + text, struct.pack("<I", len(reason)) + reason,
+                                         struct.pack("<I", 3), struct.pack("<I", 1)])
+    response.parameters["triton_final_response"].bool_param = final
+    message = reply.SerializeToString()
+    return b"\x00" + len(message).to_bytes(4, "big") + message
+
+
+class _Backend(TritonBackend):
+    def __init__(self, connection: GrpcConnection) -> None:
+        super().__init__("bench:1")
+        self._stub = object()
+        self._connection = connection
+
+    async def list_models(self) -> list[BackendModel]:
+        return [BackendModel(name="firehose")]
+
+    async def _stream_connection(self) -> GrpcConnection:
+        return self._connection  # type: ignore[return-value]
+
+
+async def run(requests: int, tokens: int) -> tuple[float, float]:
+    transport = _Transport()
+    connection = GrpcConnection("bench:1", "http", None)
+    connection.connection_made(transport)  # type: ignore[arg-type]
+    server = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding=None))
+    server.initiate_connection()
+    settings = Settings(log_requests=False)
+    backend = _Backend(connection)
+    catalog = ModelCatalog(backend, [], 3600)
+    await catalog.refresh()
+    admission = Admission(lambda model: settings.limits_for(model)[:2], settings.queue_timeout)
+    service = CompletionService(backend, catalog, settings, admission, Metrics(admission, catalog.adapter_count))
+    body = CompletionRequest(model="firehose", prompt="benchmark prompt", max_tokens=tokens, stream=True,
+                             stream_options={"include_usage": True})
+    frames_per_token = [_response(b"tok ", False, b"None") for _ in range(tokens - 1)]
+    frames_per_token.append(_response(b"tok ", True, b"length"))
+    elapsed = 0.0
+    setup = 0.0
+    for number in range(requests):
+        mark = time.process_time()
+        prepared = await service.prepare_completion(body, RequestContext(f"r{number}"))
+        ticket = service.try_admit(prepared)
+        assert ticket is not None
+        stream = service.stream(prepared, ticket)
+        first = asyncio.ensure_future(anext(stream))
+        await asyncio.sleep(0)  # the call is opened: its HEADERS and DATA are in transport.out
+        setup += time.process_time() - mark
+        server_events = server.receive_data(b"".join(transport.out))
+        transport.out.clear()
+        sid = next(e.stream_id for e in server_events if isinstance(e, h2.events.RequestReceived))
+        server.send_headers(sid, [(b":status", b"200"), (b"content-type", b"application/grpc")])
+        wire = [server.data_to_send()]
+        for message in frames_per_token:
+            server.send_data(sid, message)
+            wire.append(server.data_to_send())
+        server.send_headers(sid, [(b"grpc-status", b"0")], end_stream=True)
+        wire[-1] += server.data_to_send()
+        started = time.process_time()
+        connection.data_received(wire[0] + wire[1])
+        out = [await first]
+        for piece in wire[2:]:
+            connection.data_received(piece)  # one token per read, as under light load
+            try:
+                out.append(await anext(stream))
+            except StopAsyncIteration:
+                break
+        async for frame in stream:
+            out.append(frame)
+        elapsed += time.process_time() - started
+        text = b"".join(out)
+        assert text.count(b"tok ") == tokens and text.endswith(b"data: [DONE]\n\n"), text[-200:]
+        server.receive_data(b"".join(transport.out))  # window updates, resets: keep the server in step
+        transport.out.clear()
+    per_token = elapsed / (requests * tokens) * 1e6
+    per_request = setup / requests * 1e6
+    return per_token, per_request
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    results = [asyncio.run(run(args.requests, args.tokens)) for _ in range(args.rounds)]
+    tokens = [r[0] for r in results]
+    print(f"per-token path: {min(tokens):.1f} µs/token (best of {args.rounds}; all: "
+          + ", ".join(f"{t:.1f}" for t in tokens) + ")")
+    print(f"per request, before the first response (prepare, admit, open the call): "
+          f"{min(r[1] for r in results):.0f} µs")
+
+
+if __name__ == "__main__":
+    main()
