@@ -223,26 +223,31 @@ async def _idle_round(gateway: Gateway, body: bytes, count: int, label: str, set
     }
 
 
-async def _idle_rounds(gateway: Gateway, count: int, settle: float) -> list[dict[str, Any]]:
+async def _idle_rounds(gateway: Gateway, count: int, settle: float, warm_rounds: int) -> list[dict[str, Any]]:
     body = json.dumps({"model": "scripted", "prompt": slow_script(), "max_tokens": 16, "stream": True}).encode()
     await _idle_round(gateway, body, 8, "first-use", settle)  # imports, first-request caches
-    cold = await _idle_round(gateway, body, count, "cold", settle)
-    warm = await _idle_round(gateway, body, count, "warm", settle)
-    return [cold, warm]
+    rounds = [await _idle_round(gateway, body, count, "cold", settle)]
+    for number in range(warm_rounds):
+        rounds.append(await _idle_round(gateway, body, count, f"warm {number + 1}", settle))
+    return rounds
 
 
-def idle_stream_memory(triton_url: str, workdir: Path, count: int, settle: float = 1.5) -> dict[str, Any]:
+def idle_stream_memory(
+    triton_url: str, workdir: Path, count: int, settle: float = 1.5, warm_rounds: int = 1
+) -> dict[str, Any]:
     """Gateway memory per open idle stream, on a fresh gateway process (so no earlier load has
     already grown its heap): ``count`` streams that got one token and then stay silent.
 
-    Two rounds: *cold* (the first time the process holds ``count`` streams: what a stream costs,
-    the figure held against the target) and *warm* (the same again after closing them: memory the
-    allocator kept is reused, so this shows whether open streams leak)."""
+    Rounds: *cold* (the first time the process holds ``count`` streams: what a stream costs,
+    the figure held against the target), then ``warm_rounds`` times *warm* (the same again after
+    closing them: memory the allocator kept is reused, so growth that goes on round after round
+    is a leak, and growth that stops is a bound)."""
     gateway = start_gateway(triton_url, workdir / "gateway-idle.log", ["--max-concurrent-requests=0"])
     try:
-        rounds = asyncio.run(_idle_rounds(gateway, count, settle))
+        rounds = asyncio.run(_idle_rounds(gateway, count, settle, warm_rounds))
         rounds[-1]["gateway_requests_running_after"] = None
     finally:
         gateway.stop()
     return {"count": count, "rounds": rounds, "kb_per_stream": rounds[0]["kb_per_stream"],
-            "kb_per_stream_warm": rounds[1]["kb_per_stream"]}
+            "kb_per_stream_warm": rounds[1]["kb_per_stream"],
+            "kb_per_stream_warm_rounds": [r["kb_per_stream"] for r in rounds[1:]]}

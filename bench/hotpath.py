@@ -4,9 +4,10 @@ A real ``GrpcConnection`` is fed the exact bytes an HTTP/2 gRPC server sends (ma
 server-side connection: headers, one DATA frame per token, trailers), and ``CompletionService``
 turns them into SSE frames as it does for a real request; only the sockets, uvicorn and Triton
 are missing. On a shared 2-core box the end-to-end figure (``gateway_bench.py``) moves ±15 % run
-to run; this one is steady to a few percent, so it is the tool to compare two versions of the hot
-path. Its µs/token is *part* of the gateway's: add the socket write per chunk (~12-15 µs), the
-event-loop wake-ups, uvicorn and the per-request HTTP work.
+to run; the best of several rounds here moves less (~10 %), and a profiler (cProfile) on it shows
+our own per-token calls without the sockets' noise. Its µs/token is *part* of the gateway's: add
+the socket write per chunk (~12-15 µs), the event-loop wake-ups, uvicorn and the per-request HTTP
+work.
 
     .venv/bin/python bench/hotpath.py --requests 300 --tokens 64
 """
@@ -28,15 +29,15 @@ from tritonclient.grpc import service_pb2
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gateway.admission import Admission  # noqa: E402
-from gateway.backend.grpc_stream import GrpcConnection  # noqa: E402
-from gateway.backend.triton import TritonBackend  # noqa: E402
-from gateway.backend.types import BackendModel  # noqa: E402
-from gateway.catalog import ModelCatalog  # noqa: E402
-from gateway.config import Settings  # noqa: E402
-from gateway.metrics import Metrics  # noqa: E402
-from gateway.schemas import CompletionRequest  # noqa: E402
-from gateway.service import CompletionService, RequestContext  # noqa: E402
+from gateway.admission import Admission
+from gateway.backend.grpc_stream import GrpcConnection
+from gateway.backend.triton import TritonBackend
+from gateway.backend.types import BackendModel
+from gateway.catalog import ModelCatalog
+from gateway.config import Settings
+from gateway.metrics import Metrics
+from gateway.schemas import CompletionRequest
+from gateway.service import CompletionService, RequestContext
 
 
 class _Transport:

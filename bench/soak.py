@@ -60,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=64, help="tokens per stream")
     parser.add_argument("--idle", action=argparse.BooleanOptionalAction, default=True,
                         help="also measure memory per open idle stream at the same count")
+    parser.add_argument("--idle-rounds", type=int, default=1,
+                        help="warm rounds of idle streams after the cold one (growth that goes on is a leak)")
     parser.add_argument("--output", type=Path, default=BENCH / "results" / "soak.json")
     parser.add_argument("--gateway-arg", action="append", default=["--max-concurrent-requests=0"])
     args = parser.parse_args(argv)
@@ -112,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         log(json.dumps(result["soak"]))
         if args.idle:
             log(f"idle streams: {args.streams} (fresh gateway)")
-            result["idle_streams"] = idle_stream_memory(triton.grpc_url, workdir, args.streams)
+            result["idle_streams"] = idle_stream_memory(triton.grpc_url, workdir, args.streams,
+                                                        warm_rounds=args.idle_rounds)
             log(json.dumps(result["idle_streams"]["rounds"]))
         result["gateway_log_tail"] = gateway.log_file.read_text(errors="replace")[-3000:]
     finally:
@@ -126,10 +129,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"gateway RSS: start {soak.get('rss_start_mb', 0):.1f} MB, peak {soak.get('rss_peak_mb') or 0:.1f} MB, "
           f"end {soak.get('rss_end_mb', 0):.1f} MB; {soak.get('kb_per_open_stream', 0):.1f} KB per open (active) stream")
     if "idle_streams" in result:
-        cold, warm = result["idle_streams"]["rounds"]
+        cold, *warm = result["idle_streams"]["rounds"]
         print(f"idle (fresh gateway): {cold['streams_open']} open idle streams ({cold['failures']} failed): "
-              f"{cold['kb_per_stream']:.1f} KB per stream cold, {warm['kb_per_stream']:.1f} KB warm; "
-              f"RSS {cold['rss_before_mb']:.1f} -> {cold['rss_open_mb']:.1f} MB, {warm['rss_after_close_mb']:.1f} MB after closing")
+              f"{cold['kb_per_stream']:.1f} KB per stream cold, warm rounds "
+              + ", ".join(f"{w['kb_per_stream']:.1f}" for w in warm) + " KB; "
+              f"RSS {cold['rss_before_mb']:.1f} -> {cold['rss_open_mb']:.1f} MB, "
+              + ", ".join(f"{w['rss_after_close_mb']:.1f}" for w in warm) + " MB after closing each warm round")
     print(f"JSON: {args.output}")
     return 0 if soak.get("errors") == 0 and not soak.get("unfinished") else 1
 

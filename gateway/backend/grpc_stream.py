@@ -95,7 +95,7 @@ class StreamCall(Generic[T]):
                     raise CallError(INTERNAL, "compressed gRPC message, but no compression was negotiated")
                 end = start + length
                 self._items.append(self._parse(data[start:end]))
-        except Exception as exc:  # a parse failure or an in-stream error ends this call only
+        except Exception as exc:  # noqa: BLE001 - a parse failure or an in-stream error ends this call only
             self._buffer = b""
             self._finish(exc)
             self._connection.cancel(self)

@@ -350,9 +350,10 @@ class TritonBackend:
             raise BackendUnavailableError("the Triton client is not started")
         ensemble = is_trtllm(request.inputs)
         infer = build_trtllm_request(request, request.inputs) if ensemble else build_infer_request(request)
+        read = _READ_TRTLLM if ensemble else _READ_VLLM
         connection = await self._stream_connection()
         try:
-            call = await connection.open(_STREAM_INFER, infer.SerializeToString(), _READ_TRTLLM if ensemble else _READ_VLLM)
+            call = await connection.open(_STREAM_INFER, infer.SerializeToString(), read)
         except CallError as exc:
             raise classify_rpc_error(exc) from exc
         self._active.add(call)

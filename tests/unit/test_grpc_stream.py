@@ -221,13 +221,13 @@ async def test_cancelling_resets_the_stream_on_the_server() -> None:
             await anext(call)
 
 
-async def test_a_parse_failure_ends_that_call_only_and_cancels_it() -> None:
+async def test_a_parse_failure_ends_that_call_only() -> None:
     def parse(message: bytes) -> bytes:
         if message == b"r1-1":
             raise ValueError("bad message")
         return message
 
-    async with serve(echo_three) as (connection, peers):
+    async with serve(echo_three) as (connection, _):
         bad, good = await connection.open(PATH, b"r1", parse), await connection.open(PATH, b"r2", parse)
         with pytest.raises(ValueError, match="bad message"):
             await collect(bad)
