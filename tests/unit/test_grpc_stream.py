@@ -13,6 +13,7 @@ import h2.config
 import h2.connection
 import h2.errors
 import h2.events
+import h2.settings
 import pytest
 
 from gateway.backend import grpc_stream
@@ -336,3 +337,24 @@ async def test_a_peer_that_stops_answering_pings_fails_the_calls() -> None:
     finally:
         connection.close()
         server.close()
+
+
+async def test_calls_beyond_the_servers_stream_limit_wait_for_a_slot() -> None:
+    async def slow_echo(peer: Peer, sid: int, request: bytes) -> None:
+        await asyncio.sleep(0.02)
+        await echo_three(peer, sid, request)
+
+    async with serve(slow_echo) as (connection, peers):
+        await asyncio.sleep(0.05)
+        peers[0].h2.update_settings({h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 2})
+        peers[0].flush()
+        await asyncio.sleep(0.05)  # the client has the new limit
+        opened = [asyncio.ensure_future(connection.open(PATH, b"r%d" % i, bytes)) for i in range(6)]
+        await asyncio.sleep(0.01)
+        assert sum(task.done() for task in opened) == 2  # the rest wait for a slot
+
+        async def finish(task: asyncio.Future[Any]) -> list[bytes]:
+            return await collect(await task)
+
+        results = await asyncio.wait_for(asyncio.gather(*(finish(task) for task in opened)), 10)
+        assert results == [[b"r%d-%d" % (i, k) for k in range(3)] for i in range(6)]
