@@ -339,30 +339,33 @@ class GrpcConnection(asyncio.Protocol):
     # -- calls ---------------------------------------------------------------------------------
 
     async def open(self, path: bytes, message: bytes, parse: Callable[[bytes], T]) -> StreamCall[T]:
-        """Start a call, send its one request message and half-close it."""
-        while self.usable and self._h2.open_outbound_streams >= self._h2.remote_settings.max_concurrent_streams:
-            waiter = self.loop.create_future()
-            self._slots.append(waiter)
-            await waiter
-        if not self.usable:
-            raise CallError(UNAVAILABLE, "the connection to the server is closing")
+        """Start a call, send its one request message and half-close it. Beyond the server's
+        concurrent-stream limit (h2 refuses the headers), wait for a call to end."""
         call: StreamCall[T] = StreamCall(self, parse)
-        sid = call.stream_id = self._h2.get_next_available_stream_id()
+        while True:
+            if not self.usable:
+                raise CallError(UNAVAILABLE, "the connection to the server is closing")
+            sid = call.stream_id = self._h2.get_next_available_stream_id()
+            try:
+                self._h2.send_headers(sid, [
+                    (b":method", b"POST"),
+                    (b":scheme", self._scheme),
+                    (b":path", path),
+                    (b":authority", self._authority),
+                    (b"content-type", b"application/grpc"),
+                    (b"te", b"trailers"),
+                    (b"user-agent", b"triton-openai-gateway"),
+                ])
+                break
+            except h2.exceptions.TooManyStreamsError:
+                waiter = self.loop.create_future()
+                self._slots.append(waiter)
+                await waiter
+            except h2.exceptions.ProtocolError as exc:  # the connection is closing under us
+                self.going_away = True
+                raise CallError(UNAVAILABLE, f"cannot start a call on this connection: {exc}") from exc
         if sid > _LAST_STREAM_ID:
             self.going_away = True  # stream ids run out: the next call opens a new connection
-        try:
-            self._h2.send_headers(sid, [
-                (b":method", b"POST"),
-                (b":scheme", self._scheme),
-                (b":path", path),
-                (b":authority", self._authority),
-                (b"content-type", b"application/grpc"),
-                (b"te", b"trailers"),
-                (b"user-agent", b"triton-openai-gateway"),
-            ])
-        except h2.exceptions.ProtocolError as exc:  # the connection is closing under us
-            self.going_away = True
-            raise CallError(UNAVAILABLE, f"cannot start a call on this connection: {exc}") from exc
         self._calls[sid] = call
         self._unsent[sid] = b"\x00" + len(message).to_bytes(4, "big") + message
         self._send_unsent()

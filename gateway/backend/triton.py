@@ -260,10 +260,6 @@ class TritonBackend:
         self._connecting: asyncio.Lock | None = None
         self._active: set[StreamCall[GenerationChunk]] = set()
 
-    @property
-    def active_calls(self) -> int:
-        return len(self._active)
-
     def abort_all(self, error: GatewayError) -> int:
         """Cancel every open call; each raises ``error`` to its consumer. For shutdown."""
         calls = list(self._active)
