@@ -95,11 +95,17 @@ def start_gateway(triton_url: str, log_file: Path, extra_args: list[str]) -> Gat
 
     port = free_port()
     command = [
-        sys.executable, "-m", "gateway",
-        "--triton-url", triton_url,
-        "--port", str(port),
-        "--model-repository", str(REFERENCE_REPOSITORY),
-        "--log-level", "warning",
+        sys.executable,
+        "-m",
+        "gateway",
+        "--triton-url",
+        triton_url,
+        "--port",
+        str(port),
+        "--model-repository",
+        str(REFERENCE_REPOSITORY),
+        "--log-level",
+        "warning",
         *extra_args,
     ]
     handle = open(log_file, "ab")  # noqa: SIM115 - lives as long as the process
@@ -143,8 +149,18 @@ def machine_info() -> dict[str, Any]:
     except OSError:
         pass
     versions = {}
-    for package in ("grpcio", "tritonclient", "nvidia-pytriton", "uvicorn", "uvloop", "httptools",
-                    "fastapi", "starlette", "orjson", "pydantic"):
+    for package in (
+        "grpcio",
+        "tritonclient",
+        "nvidia-pytriton",
+        "uvicorn",
+        "uvloop",
+        "httptools",
+        "fastapi",
+        "starlette",
+        "orjson",
+        "pydantic",
+    ):
         try:
             versions[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
@@ -248,6 +264,10 @@ def idle_stream_memory(
         rounds[-1]["gateway_requests_running_after"] = None
     finally:
         gateway.stop()
-    return {"count": count, "rounds": rounds, "kb_per_stream": rounds[0]["kb_per_stream"],
-            "kb_per_stream_warm": rounds[1]["kb_per_stream"],
-            "kb_per_stream_warm_rounds": [r["kb_per_stream"] for r in rounds[1:]]}
+    return {
+        "count": count,
+        "rounds": rounds,
+        "kb_per_stream": rounds[0]["kb_per_stream"],
+        "kb_per_stream_warm": rounds[1]["kb_per_stream"],
+        "kb_per_stream_warm_rounds": [r["kb_per_stream"] for r in rounds[1:]],
+    }

@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (  # noqa: E402
     BENCH,
-    exit_on_sigterm,
     FIREHOSE_TOKEN,
+    exit_on_sigterm,
     idle_stream_memory,
     log,
     machine_info,
@@ -68,21 +68,34 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tokens", type=int, default=64, help="tokens per request (firehose max_tokens N)")
     parser.add_argument("--duration", type=float, default=8.0, help="measured seconds per run")
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds of load before the window opens")
-    parser.add_argument("--repeat", type=int, default=1,
-                        help="floor/gateway pairs per level (order alternates); medians are reported")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="floor/gateway pairs per level (order alternates); medians are reported"
+    )
     parser.add_argument("--output", type=Path, default=BENCH / "results" / "latest.json", help="JSON result path")
-    parser.add_argument("--quick", action="store_true",
-                        help="short smoke run: 3 s windows, 1 s warm-up, fewer extras")
-    parser.add_argument("--stream-compare-concurrency", type=int, default=16,
-                        help="concurrency of the streaming vs non-streaming comparison (0: skip)")
-    parser.add_argument("--idle-streams", type=int, default=256, help="open idle streams for the memory figure (0: skip)")
-    parser.add_argument("--tiny-llm", default="1,4,16", help="concurrency levels for the tiny LM end to end ('' to skip)")
+    parser.add_argument("--quick", action="store_true", help="short smoke run: 3 s windows, 1 s warm-up, fewer extras")
+    parser.add_argument(
+        "--stream-compare-concurrency",
+        type=int,
+        default=16,
+        help="concurrency of the streaming vs non-streaming comparison (0: skip)",
+    )
+    parser.add_argument(
+        "--idle-streams", type=int, default=256, help="open idle streams for the memory figure (0: skip)"
+    )
+    parser.add_argument(
+        "--tiny-llm", default="1,4,16", help="concurrency levels for the tiny LM end to end ('' to skip)"
+    )
     parser.add_argument("--tiny-llm-tokens", type=int, default=64, help="tokens per tiny-LM request")
-    parser.add_argument("--profile", action="store_true",
-                        help="also record py-spy profiles of the gateway at concurrency 16 and 64")
+    parser.add_argument(
+        "--profile", action="store_true", help="also record py-spy profiles of the gateway at concurrency 16 and 64"
+    )
     parser.add_argument("--profile-concurrency", default="16,64")
-    parser.add_argument("--gateway-arg", action="append", default=[],
-                        help="extra gateway CLI argument (repeatable), e.g. --gateway-arg=--max-concurrent-requests=0")
+    parser.add_argument(
+        "--gateway-arg",
+        action="append",
+        default=[],
+        help="extra gateway CLI argument (repeatable), e.g. --gateway-arg=--max-concurrent-requests=0",
+    )
     parser.add_argument("--no-uvloop-client", action="store_true", help="HTTP load client on the default asyncio loop")
     args = parser.parse_args(argv)
     args.output = args.output.resolve()
@@ -164,8 +177,10 @@ class Bench:
             for target in order:
                 result = run_load(self.base_spec(target=target, concurrency=concurrency, **extra))
                 runs[target].append(result)
-                log(f"  c={concurrency} {target:5s} {result['tokens_per_s']:8.0f} tok/s "
-                    f"ttft p50 {fmt(result['ttft_p50_ms'])} ms errors {result['errors']}")
+                log(
+                    f"  c={concurrency} {target:5s} {result['tokens_per_s']:8.0f} tok/s "
+                    f"ttft p50 {fmt(result['ttft_p50_ms'])} ms errors {result['errors']}"
+                )
         floor, gateway = median_result(runs["floor"]), median_result(runs["http"])
         return {
             "concurrency": concurrency,
@@ -192,18 +207,28 @@ class Bench:
         # non-streaming request, so Triton does identical work and only the gateway's output differs.
         script = json.dumps({"responses": [{"utf8": [FIREHOSE_TOKEN]}] * n, "replay_when_not_streaming": True})
         out: dict[str, Any] = {"concurrency": concurrency, "tokens": n}
-        for label, model, prompt in (("scripted_replay", "scripted", script), ("firehose", "firehose", "benchmark prompt")):
+        for label, model, prompt in (
+            ("scripted_replay", "scripted", script),
+            ("firehose", "firehose", "benchmark prompt"),
+        ):
             section: dict[str, Any] = {}
             for stream in (True, False):
                 spec = dict(model=model, prompt=prompt, stream=stream, concurrency=concurrency)
                 for target in ("http", "floor"):
                     result = run_load(self.base_spec(target=target, **spec))
-                    section[f"{'gateway' if target == 'http' else 'floor'}_{'stream' if stream else 'nonstream'}"] = result
-                    log(f"  {label} {target} stream={stream}: {result['requests_per_s']:.1f} req/s errors {result['errors']}")
+                    section[f"{'gateway' if target == 'http' else 'floor'}_{'stream' if stream else 'nonstream'}"] = (
+                        result
+                    )
+                    log(
+                        f"  {label} {target} stream={stream}: {result['requests_per_s']:.1f} req/s"
+                        f" errors {result['errors']}"
+                    )
             section["gateway_stream_over_nonstream_rps"] = ratio(
-                section["gateway_stream"]["requests_per_s"], section["gateway_nonstream"]["requests_per_s"])
+                section["gateway_stream"]["requests_per_s"], section["gateway_nonstream"]["requests_per_s"]
+            )
             section["floor_stream_over_nonstream_rps"] = ratio(
-                section["floor_stream"]["requests_per_s"], section["floor_nonstream"]["requests_per_s"])
+                section["floor_stream"]["requests_per_s"], section["floor_nonstream"]["requests_per_s"]
+            )
             out[label] = section
         return out
 
@@ -234,12 +259,25 @@ class Bench:
             raw = self.args.output.parent / f"profile-c{concurrency}.txt"
             seconds = int(self.args.warmup + self.args.duration)
             log(f"profile c={concurrency} ({seconds}s of py-spy)")
-            command = [str(pyspy), "record", "--pid", str(self.gateway.pid), "--duration", str(seconds),
-                       "--rate", "250", "--function", "--nonblocking", "--format", "raw", "--output", str(raw)]
+            command = [
+                str(pyspy),
+                "record",
+                "--pid",
+                str(self.gateway.pid),
+                "--duration",
+                str(seconds),
+                "--rate",
+                "250",
+                "--function",
+                "--nonblocking",
+                "--format",
+                "raw",
+                "--output",
+                str(raw),
+            ]
             spy = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # noqa: S603
             time.sleep(0.5)
-            load = run_load(self.base_spec(target="http", concurrency=concurrency, warmup=0.5,
-                                           duration=seconds - 1))
+            load = run_load(self.base_spec(target="http", concurrency=concurrency, warmup=0.5, duration=seconds - 1))
             spy.wait(timeout=seconds + 30)
             summary = summarize(raw.read_text(), top=15)
             summary["tokens"] = load["tokens_total"]
@@ -306,8 +344,7 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
         if level:
             value = level["ratio"]["tokens_per_s"]
             add(f"tokens/s gateway/floor at c={concurrency}", value, ">= 0.90", value is not None and value >= 0.9)
-    cpus = [lv["gateway"].get("gateway_cpu_us_per_token") for lv in result.get("levels", [])
-            if lv["concurrency"] >= 16]
+    cpus = [lv["gateway"].get("gateway_cpu_us_per_token") for lv in result.get("levels", []) if lv["concurrency"] >= 16]
     cpus = [c for c in cpus if c is not None]
     if cpus:
         worst = max(cpus)
@@ -319,12 +356,20 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
     compare = result.get("stream_vs_nonstream")
     if compare:
         value = compare["scripted_replay"]["gateway_stream_over_nonstream_rps"]
-        add(f"streaming req/s / non-streaming req/s, same backend work, c={compare['concurrency']}",
-            value, ">= 0.90", value is not None and value >= 0.9)
+        add(
+            f"streaming req/s / non-streaming req/s, same backend work, c={compare['concurrency']}",
+            value,
+            ">= 0.90",
+            value is not None and value >= 0.9,
+        )
     idle = result.get("idle_streams")
     if idle:
-        add(f"memory per open idle stream (KB, {idle['count']} streams)", idle["kb_per_stream"], "<= 64",
-            idle["kb_per_stream"] <= 64)
+        add(
+            f"memory per open idle stream (KB, {idle['count']} streams)",
+            idle["kb_per_stream"],
+            "<= 64",
+            idle["kb_per_stream"] <= 64,
+        )
     return out
 
 
@@ -361,8 +406,13 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append(f"| {t['target']} | {fmt(t['value'], 2)} | {t['bar']} | {'yes' if t['met'] else 'NO'} |")
     compare = result.get("stream_vs_nonstream")
     if compare:
-        lines += ["", f"### Streaming vs non-streaming, c={compare['concurrency']}, {compare['tokens']} tokens", "",
-                  "| work | client | stream req/s | non-stream req/s | stream/non-stream |", "|---|---|---:|---:|---:|"]
+        lines += [
+            "",
+            f"### Streaming vs non-streaming, c={compare['concurrency']}, {compare['tokens']} tokens",
+            "",
+            "| work | client | stream req/s | non-stream req/s | stream/non-stream |",
+            "|---|---|---:|---:|---:|",
+        ]
         for label in ("scripted_replay", "firehose"):
             section = compare[label]
             for who in ("gateway", "floor"):
@@ -371,21 +421,29 @@ def markdown(result: dict[str, Any]) -> str:
     idle = result.get("idle_streams")
     if idle:
         cold, warm = idle["rounds"]
-        lines += ["", "### Idle streams", "",
-                  f"Fresh gateway process, {cold['streams_open']} open idle streams (scripted model: one token, "
-                  f"then silence; {cold['failures']} failed to open; opening all took {cold['open_all_s']:.1f} s). "
-                  f"Cold (first time): RSS {cold['rss_before_mb']:.1f} → {cold['rss_open_mb']:.1f} MB = "
-                  f"**{cold['kb_per_stream']:.1f} KB per stream**; {cold['rss_after_close_mb']:.1f} MB after closing. "
-                  f"Warm (same again): {warm['kb_per_stream']:.1f} KB per stream, {warm['rss_after_close_mb']:.1f} MB "
-                  f"after closing. Gateway CPU while they idle: {cold['idle_cpu_s_per_s'] * 100:.1f} % of a core."]
+        lines += [
+            "",
+            "### Idle streams",
+            "",
+            f"Fresh gateway process, {cold['streams_open']} open idle streams (scripted model: one token, "
+            f"then silence; {cold['failures']} failed to open; opening all took {cold['open_all_s']:.1f} s). "
+            f"Cold (first time): RSS {cold['rss_before_mb']:.1f} → {cold['rss_open_mb']:.1f} MB = "
+            f"**{cold['kb_per_stream']:.1f} KB per stream**; {cold['rss_after_close_mb']:.1f} MB after closing. "
+            f"Warm (same again): {warm['kb_per_stream']:.1f} KB per stream, {warm['rss_after_close_mb']:.1f} MB "
+            f"after closing. Gateway CPU while they idle: {cold['idle_cpu_s_per_s'] * 100:.1f} % of a core.",
+        ]
     if result.get("tiny_llm"):
         lines.append("")
-        lines += level_table(result["tiny_llm"], f"tiny-llm end to end ({result['config']['tiny_llm_tokens']} tokens, ignore_eos)")
+        lines += level_table(
+            result["tiny_llm"], f"tiny-llm end to end ({result['config']['tiny_llm_tokens']} tokens, ignore_eos)"
+        )
     if result.get("profile"):
         lines += ["", "### Profile (py-spy, gateway process)", ""]
         for concurrency, summary in result["profile"].items():
-            lines.append(f"c={concurrency}: {summary['samples']} samples of busy threads; "
-                         f"{fmt(summary.get('gateway_cpu_us_per_token'))} µs gateway CPU per token")
+            lines.append(
+                f"c={concurrency}: {summary['samples']} samples of busy threads; "
+                f"{fmt(summary.get('gateway_cpu_us_per_token'))} µs gateway CPU per token"
+            )
             lines += ["", "| self share | layer |", "|---:|---|"]
             for row in summary["layers"][:10]:
                 lines.append(f"| {row['share'] * 100:.1f} % | {row['layer']} |")

@@ -14,7 +14,7 @@ names. One-time setup (a separate venv: genai-perf pins its own numpy/transforme
     ln -sf $PWD/$L/libb64-*.so.0d /tmp/pa/lib/libb64.so.0d; ln -sf $PWD/$L/libcudart-*.so.12* /tmp/pa/lib/libcudart.so.12
 
 Then:  .venv/bin/python bench/genai_perf.py --concurrency 4
-"""
+"""  # noqa: E501 - shell recipe lines
 
 from __future__ import annotations
 
@@ -31,8 +31,10 @@ from common import ROOT, exit_on_sigterm, log, start_gateway, start_triton  # no
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="genai-perf against the gateway's /v1/chat/completions",
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description="genai-perf against the gateway's /v1/chat/completions",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     parser.add_argument("--genai-perf", default="/tmp/genai-venv/bin/genai-perf")
     parser.add_argument("--lib-dir", default="/tmp/pa/lib", help="holds libb64.so.0d and libcudart.so.12")
     parser.add_argument("--model", default="tiny-llm")
@@ -49,18 +51,42 @@ def main(argv: list[str] | None = None) -> int:
     try:
         gateway = start_gateway(triton.grpc_url, work / "gateway.log", [])
         command = [
-            args.genai_perf, "profile", "-m", args.model, "--endpoint-type", "chat", "--streaming",
-            "-u", f"127.0.0.1:{gateway.port}", "--concurrency", str(args.concurrency),
-            "--synthetic-input-tokens-mean", str(args.input_tokens), "--output-tokens-mean", str(args.output_tokens),
-            "--extra-inputs", f"max_tokens:{args.output_tokens}", "--extra-inputs", "ignore_eos:true",
+            args.genai_perf,
+            "profile",
+            "-m",
+            args.model,
+            "--endpoint-type",
+            "chat",
+            "--streaming",
+            "-u",
+            f"127.0.0.1:{gateway.port}",
+            "--concurrency",
+            str(args.concurrency),
+            "--synthetic-input-tokens-mean",
+            str(args.input_tokens),
+            "--output-tokens-mean",
+            str(args.output_tokens),
+            "--extra-inputs",
+            f"max_tokens:{args.output_tokens}",
+            "--extra-inputs",
+            "ignore_eos:true",
             # a local tokenizer: nothing may be fetched from a model hub here
-            "--tokenizer", str(ROOT / "triton_models" / "weights" / "tiny-llm"),
-            "--request-count", str(args.requests), "--warmup-request-count", "4",
-            "--artifact-dir", str(args.artifact_dir),
+            "--tokenizer",
+            str(ROOT / "triton_models" / "weights" / "tiny-llm"),
+            "--request-count",
+            str(args.requests),
+            "--warmup-request-count",
+            "4",
+            "--artifact-dir",
+            str(args.artifact_dir),
         ]
         log("$ " + " ".join(command))
-        env = {**os.environ, "LD_LIBRARY_PATH": args.lib_dir, "HF_HUB_OFFLINE": "1",
-               "PATH": f"{Path(args.genai_perf).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+        env = {
+            **os.environ,
+            "LD_LIBRARY_PATH": args.lib_dir,
+            "HF_HUB_OFFLINE": "1",
+            "PATH": f"{Path(args.genai_perf).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        }
         return subprocess.run(command, env=env, check=False).returncode  # noqa: S603
     finally:
         if gateway is not None:

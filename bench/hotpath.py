@@ -29,15 +29,15 @@ from tritonclient.grpc import service_pb2
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gateway.admission import Admission
-from gateway.backend.grpc_stream import GrpcConnection
+from gateway.backend.transport.h2 import GrpcConnection
 from gateway.backend.triton import TritonBackend
 from gateway.backend.types import BackendModel
-from gateway.catalog import ModelCatalog
 from gateway.config import Settings
+from gateway.core.admission import Admission
+from gateway.core.service import CompletionService, RequestContext
 from gateway.metrics import Metrics
-from gateway.schemas import CompletionRequest
-from gateway.service import CompletionService, RequestContext
+from gateway.models.catalog import ModelCatalog
+from gateway.openai.schemas import CompletionRequest
 
 
 class _Transport:
@@ -61,29 +61,48 @@ def _response(text: bytes, final: bool, reason: bytes) -> bytes:
     reply = service_pb2.ModelStreamInferResponse()
     response = reply.infer_response
     response.model_name, response.id = "firehose", "0123456789abcdef0123456789abcdef"
-    for name, datatype in (("text_output", "BYTES"), ("finish_reason", "BYTES"), ("num_input_tokens", "UINT32"),
-                           ("num_output_tokens", "UINT32")):
+    for name, datatype in (
+        ("text_output", "BYTES"),
+        ("finish_reason", "BYTES"),
+        ("num_input_tokens", "UINT32"),
+        ("num_output_tokens", "UINT32"),
+    ):
         tensor = response.outputs.add()
         tensor.name, tensor.datatype = name, datatype
         tensor.shape.append(1)
-    response.raw_output_contents.extend([struct.pack("<I", len(text)) + text, struct.pack("<I", len(reason)) + reason,
-                                         struct.pack("<I", 3), struct.pack("<I", 1)])
+    response.raw_output_contents.extend(
+        [
+            struct.pack("<I", len(text)) + text,
+            struct.pack("<I", len(reason)) + reason,
+            struct.pack("<I", 3),
+            struct.pack("<I", 1),
+        ]
+    )
     response.parameters["triton_final_response"].bool_param = final
     message = reply.SerializeToString()
     return b"\x00" + len(message).to_bytes(4, "big") + message
 
 
+class _OneConnection:
+    """A ``StreamTransport`` over the one in-memory connection the bench feeds."""
+
+    def __init__(self, connection: GrpcConnection) -> None:
+        self._connection = connection
+
+    async def open(self, path: bytes, message: bytes, parse: Any) -> Any:
+        return await self._connection.open(path, message, parse)
+
+    async def close(self) -> None:
+        pass
+
+
 class _Backend(TritonBackend):
     def __init__(self, connection: GrpcConnection) -> None:
-        super().__init__("bench:1")
+        super().__init__("bench:1", transport=_OneConnection(connection))
         self._stub = object()
-        self._connection = connection
 
     async def list_models(self) -> list[BackendModel]:
         return [BackendModel(name="firehose")]
-
-    async def _stream_connection(self) -> GrpcConnection:
-        return self._connection  # type: ignore[return-value]
 
 
 async def run(requests: int, tokens: int) -> tuple[float, float]:
@@ -98,8 +117,13 @@ async def run(requests: int, tokens: int) -> tuple[float, float]:
     await catalog.refresh()
     admission = Admission(lambda model: settings.limits_for(model)[:2], settings.queue_timeout)
     service = CompletionService(backend, catalog, settings, admission, Metrics(admission, catalog.adapter_count))
-    body = CompletionRequest(model="firehose", prompt="benchmark prompt", max_tokens=tokens, stream=True,
-                             stream_options={"include_usage": True})
+    body = CompletionRequest(
+        model="firehose",
+        prompt="benchmark prompt",
+        max_tokens=tokens,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
     frames_per_token = [_response(b"tok ", False, b"None") for _ in range(tokens - 1)]
     frames_per_token.append(_response(b"tok ", True, b"length"))
     elapsed = 0.0
@@ -152,10 +176,14 @@ def main() -> None:
     args = parser.parse_args()
     results = [asyncio.run(run(args.requests, args.tokens)) for _ in range(args.rounds)]
     tokens = [r[0] for r in results]
-    print(f"per-token path: {min(tokens):.1f} µs/token (best of {args.rounds}; all: "
-          + ", ".join(f"{t:.1f}" for t in tokens) + ")")
-    print(f"per request, before the first response (prepare, admit, open the call): "
-          f"{min(r[1] for r in results):.0f} µs")
+    print(
+        f"per-token path: {min(tokens):.1f} µs/token (best of {args.rounds}; all: "
+        + ", ".join(f"{t:.1f}" for t in tokens)
+        + ")"
+    )
+    print(
+        f"per request, before the first response (prepare, admit, open the call): {min(r[1] for r in results):.0f} µs"
+    )
 
 
 if __name__ == "__main__":

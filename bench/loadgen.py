@@ -192,8 +192,9 @@ class SseProtocol(asyncio.Protocol):
             self._finish(exc)
 
     # request
-    def request(self, payload: bytes, record: Record, window: Window, streaming: bool,
-                token_chars: int, keep_content: bool) -> asyncio.Future[None]:
+    def request(
+        self, payload: bytes, record: Record, window: Window, streaming: bool, token_chars: int, keep_content: bool
+    ) -> asyncio.Future[None]:
         assert self.transport is not None
         self.waiter = asyncio.get_running_loop().create_future()
         self.record, self.window, self.streaming = record, window, streaming
@@ -566,10 +567,14 @@ class Runner:
             self.fail(Record(sent=0.0), f"client crashed: {type(exc).__name__}: {exc}")
 
         duration = window.end - window.start
-        completed = sum(1 for r in self.records if r.done is not None and r.error is None
-                        and window.start <= r.done < window.end)
-        tokens_total = sum((r.chars / len(spec["token_text"])) if spec.get("token_text") else r.tokens_reported
-                           for r in self.records if r.error is None and r.done is not None)
+        completed = sum(
+            1 for r in self.records if r.done is not None and r.error is None and window.start <= r.done < window.end
+        )
+        tokens_total = sum(
+            (r.chars / len(spec["token_text"])) if spec.get("token_text") else r.tokens_reported
+            for r in self.records
+            if r.error is None and r.done is not None
+        )
         result: dict[str, Any] = {
             "target": spec["target"],
             "concurrency": spec["concurrency"],

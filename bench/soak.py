@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (  # noqa: E402
     BENCH,
-    exit_on_sigterm,
     FIREHOSE_TOKEN,
+    exit_on_sigterm,
     idle_stream_memory,
     log,
     machine_info,
@@ -53,31 +53,52 @@ def metric(url: str, name: str) -> float | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     parser.add_argument("--streams", type=int, default=500, help="concurrent streams")
     parser.add_argument("--duration", type=float, default=60.0, help="seconds of load (new streams stop after it)")
     parser.add_argument("--tokens", type=int, default=64, help="tokens per stream")
-    parser.add_argument("--idle", action=argparse.BooleanOptionalAction, default=True,
-                        help="also measure memory per open idle stream at the same count")
-    parser.add_argument("--idle-rounds", type=int, default=1,
-                        help="warm rounds of idle streams after the cold one (growth that goes on is a leak)")
+    parser.add_argument(
+        "--idle",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also measure memory per open idle stream at the same count",
+    )
+    parser.add_argument(
+        "--idle-rounds",
+        type=int,
+        default=1,
+        help="warm rounds of idle streams after the cold one (growth that goes on is a leak)",
+    )
     parser.add_argument("--output", type=Path, default=BENCH / "results" / "soak.json")
     parser.add_argument("--gateway-arg", action="append", default=["--max-concurrent-requests=0"])
     args = parser.parse_args(argv)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     exit_on_sigterm()
     workdir = Path(tempfile.mkdtemp(prefix="gw-soak-"))
-    result: dict = {"command": "bench/soak.py " + " ".join(sys.argv[1:]), "machine": machine_info(),
-                    "config": {k: str(v) for k, v in vars(args).items()}}
+    result: dict = {
+        "command": "bench/soak.py " + " ".join(sys.argv[1:]),
+        "machine": machine_info(),
+        "config": {k: str(v) for k, v in vars(args).items()},
+    }
     triton = start_triton(workdir / "tritonserver.log")
     gateway = None
     try:
         gateway = start_gateway(triton.grpc_url, workdir / "gateway.log", args.gateway_arg)
         spec = {
-            "target": "http", "grpc_url": triton.grpc_url, "host": "127.0.0.1", "port": gateway.port,
-            "model": "firehose", "prompt": "soak", "max_tokens": args.tokens, "expect_tokens": args.tokens,
-            "expect_finish": "length", "stream": True, "token_text": FIREHOSE_TOKEN, "check_content": True,
+            "target": "http",
+            "grpc_url": triton.grpc_url,
+            "host": "127.0.0.1",
+            "port": gateway.port,
+            "model": "firehose",
+            "prompt": "soak",
+            "max_tokens": args.tokens,
+            "expect_tokens": args.tokens,
+            "expect_finish": "length",
+            "stream": True,
+            "token_text": FIREHOSE_TOKEN,
+            "check_content": True,
             "watch_pids": {"gateway": gateway.pid, "triton": triton_pid(triton)},
         }
         run_load({**spec, "concurrency": 8, "warmup": 0.0, "duration": 1.0})  # warm-up
@@ -85,8 +106,9 @@ def main(argv: list[str] | None = None) -> int:
         rss_start = (gateway.rss_bytes() or 0) / 2**20
         log(f"soak: {args.streams} streams x {args.duration:.0f} s, gateway RSS {rss_start:.1f} MB")
         started = time.monotonic()
-        load = run_load({**spec, "concurrency": args.streams, "warmup": 0.0, "duration": args.duration,
-                         "drain_timeout": 120.0})
+        load = run_load(
+            {**spec, "concurrency": args.streams, "warmup": 0.0, "duration": args.duration, "drain_timeout": 120.0}
+        )
         elapsed = time.monotonic() - started
         time.sleep(2.0)
         rss_end = (gateway.rss_bytes() or 0) / 2**20
@@ -100,8 +122,10 @@ def main(argv: list[str] | None = None) -> int:
             "error_samples": load["error_samples"],
             "unfinished": load["unfinished"],
             "tokens_per_s": load["tokens_per_s"],
-            "ttft_p50_ms": load["ttft_p50_ms"], "ttft_p99_ms": load["ttft_p99_ms"],
-            "gap_p50_ms": load["gap_p50_ms"], "gap_p99_ms": load["gap_p99_ms"],
+            "ttft_p50_ms": load["ttft_p50_ms"],
+            "ttft_p99_ms": load["ttft_p99_ms"],
+            "gap_p50_ms": load["gap_p50_ms"],
+            "gap_p99_ms": load["gap_p99_ms"],
             "gateway_cpu_us_per_token": load.get("gateway_cpu_us_per_token"),
             "client_cpu_us_per_token": load.get("client_cpu_us_per_token"),
             "rss_start_mb": rss_start,
@@ -114,8 +138,9 @@ def main(argv: list[str] | None = None) -> int:
         log(json.dumps(result["soak"]))
         if args.idle:
             log(f"idle streams: {args.streams} (fresh gateway)")
-            result["idle_streams"] = idle_stream_memory(triton.grpc_url, workdir, args.streams,
-                                                        warm_rounds=args.idle_rounds)
+            result["idle_streams"] = idle_stream_memory(
+                triton.grpc_url, workdir, args.streams, warm_rounds=args.idle_rounds
+            )
             log(json.dumps(result["idle_streams"]["rounds"]))
         result["gateway_log_tail"] = gateway.log_file.read_text(errors="replace")[-3000:]
     finally:
@@ -124,17 +149,25 @@ def main(argv: list[str] | None = None) -> int:
         triton.stop()
     args.output.write_text(json.dumps(result, indent=1, default=str))
     soak = result.get("soak", {})
-    print(f"\nsoak: {soak.get('streams')} streams for {args.duration:.0f} s: {soak.get('completed_ok')} completed "
-          f"and checked, {soak.get('errors')} errors (corrupted/incomplete included), {soak.get('unfinished')} unfinished")
-    print(f"gateway RSS: start {soak.get('rss_start_mb', 0):.1f} MB, peak {soak.get('rss_peak_mb') or 0:.1f} MB, "
-          f"end {soak.get('rss_end_mb', 0):.1f} MB; {soak.get('kb_per_open_stream', 0):.1f} KB per open (active) stream")
+    print(
+        f"\nsoak: {soak.get('streams')} streams for {args.duration:.0f} s: {soak.get('completed_ok')} completed "
+        f"and checked, {soak.get('errors')} errors (corrupted/incomplete included), {soak.get('unfinished')} unfinished"
+    )
+    print(
+        f"gateway RSS: start {soak.get('rss_start_mb', 0):.1f} MB, peak {soak.get('rss_peak_mb') or 0:.1f} MB, "
+        f"end {soak.get('rss_end_mb', 0):.1f} MB; {soak.get('kb_per_open_stream', 0):.1f} KB per open (active) stream"
+    )
     if "idle_streams" in result:
         cold, *warm = result["idle_streams"]["rounds"]
-        print(f"idle (fresh gateway): {cold['streams_open']} open idle streams ({cold['failures']} failed): "
-              f"{cold['kb_per_stream']:.1f} KB per stream cold, warm rounds "
-              + ", ".join(f"{w['kb_per_stream']:.1f}" for w in warm) + " KB; "
-              f"RSS {cold['rss_before_mb']:.1f} -> {cold['rss_open_mb']:.1f} MB, "
-              + ", ".join(f"{w['rss_after_close_mb']:.1f}" for w in warm) + " MB after closing each warm round")
+        print(
+            f"idle (fresh gateway): {cold['streams_open']} open idle streams ({cold['failures']} failed): "
+            f"{cold['kb_per_stream']:.1f} KB per stream cold, warm rounds "
+            + ", ".join(f"{w['kb_per_stream']:.1f}" for w in warm)
+            + " KB; "
+            f"RSS {cold['rss_before_mb']:.1f} -> {cold['rss_open_mb']:.1f} MB, "
+            + ", ".join(f"{w['rss_after_close_mb']:.1f}" for w in warm)
+            + " MB after closing each warm round"
+        )
     print(f"JSON: {args.output}")
     return 0 if soak.get("errors") == 0 and not soak.get("unfinished") else 1
 

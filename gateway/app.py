@@ -15,25 +15,26 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
-from fastapi.middleware.cors import CORSMiddleware
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.backend.triton import TritonBackend, TritonTLS
+from gateway.backend.transport.tls import TritonTLS
+from gateway.backend.triton import TritonBackend
 from gateway.backend.types import Backend
-from gateway.catalog import ModelCatalog
 from gateway.config import Settings
+from gateway.core.admission import Admission
+from gateway.core.service import CompletionService
 from gateway.errors import GatewayError, InvalidRequestError, error_body
-from gateway.admission import Admission
+from gateway.http.routes import chat, completions, health, metrics, models
+from gateway.http.routes.common import ClientDisconnected, JSONBytesResponse
+from gateway.http.security import ApiKeyMiddleware, BodySizeLimitMiddleware
+from gateway.http.sse import BODY_SEND
 from gateway.logs import request_id_var
 from gateway.metrics import Metrics
-from gateway.routes import chat, completions, health, metrics, models
-from gateway.security import ApiKeyMiddleware, BodySizeLimitMiddleware
-from gateway.routes.common import ClientDisconnected, JSONBytesResponse
-from gateway.service import CompletionService
-from gateway.sse import BODY_SEND
+from gateway.models.catalog import ModelCatalog
 
 logger = logging.getLogger(__name__)
 
@@ -122,8 +123,10 @@ async def _http_error(request: Request, exc: Exception) -> JSONBytesResponse:
 
 async def _client_disconnected(request: Request, exc: Exception) -> JSONBytesResponse:
     # Nobody reads this; the status is for access logs (nginx's 499 convention).
-    return JSONBytesResponse({"error": {"message": "client disconnected", "type": "client_closed_request",
-                                        "param": None, "code": None}}, status_code=499)
+    return JSONBytesResponse(
+        {"error": {"message": "client disconnected", "type": "client_closed_request", "param": None, "code": None}},
+        status_code=499,
+    )
 
 
 async def _unexpected_error(request: Request, exc: Exception) -> JSONBytesResponse:

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from typing import Any, get_args
 
 import uvicorn
-
 from pydantic_settings import NoDecode
 
 from gateway.config import ENV_PREFIX, Settings
@@ -73,7 +72,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     triton = None
     if settings.embedded:
-        from gateway.triton_launcher import DEFAULT_MODEL_REPOSITORY, TritonLaunchError, TritonServer
+        from gateway.triton_launcher import (
+            DEFAULT_MODEL_REPOSITORY,
+            TritonLaunchError,
+            TritonServer,
+        )
 
         repositories = settings.model_repository or [DEFAULT_MODEL_REPOSITORY]
         extra = tuple(f"--model-repository={r}" for r in repositories[1:])

@@ -157,7 +157,9 @@ class Settings(BaseSettings):
         """(max_concurrent_requests, max_queue_size, max_tokens_limit) for ``model``."""
         override = self.model_limits.get(model, ModelLimits())
         return (
-            self.max_concurrent_requests if override.max_concurrent_requests is None else override.max_concurrent_requests,
+            self.max_concurrent_requests
+            if override.max_concurrent_requests is None
+            else override.max_concurrent_requests,
             self.max_queue_size if override.max_queue_size is None else override.max_queue_size,
             self.max_tokens_limit if override.max_tokens_limit is None else override.max_tokens_limit,
         )

@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gateway.admission import Admission
+from gateway.core.admission import Admission
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536)
@@ -50,12 +50,18 @@ class _LiveGauges(Collector):
         self._adapters = adapters
 
     def collect(self) -> Iterator[Metric]:
-        running = GaugeMetricFamily("gateway_requests_running", "Requests holding a slot (sent to Triton)", labels=["model"])
-        waiting = GaugeMetricFamily("gateway_requests_waiting", "Requests waiting in the gateway's queue", labels=["model"])
-        vllm_running = GaugeMetricFamily("vllm:num_requests_running", "Requests running on the model (gateway's view)",
-                                         labels=["model_name"])
-        vllm_waiting = GaugeMetricFamily("vllm:num_requests_waiting", "Requests waiting for the model (gateway's view)",
-                                         labels=["model_name"])
+        running = GaugeMetricFamily(
+            "gateway_requests_running", "Requests holding a slot (sent to Triton)", labels=["model"]
+        )
+        waiting = GaugeMetricFamily(
+            "gateway_requests_waiting", "Requests waiting in the gateway's queue", labels=["model"]
+        )
+        vllm_running = GaugeMetricFamily(
+            "vllm:num_requests_running", "Requests running on the model (gateway's view)", labels=["model_name"]
+        )
+        vllm_waiting = GaugeMetricFamily(
+            "vllm:num_requests_waiting", "Requests waiting for the model (gateway's view)", labels=["model_name"]
+        )
         lora = GaugeMetricFamily(
             "vllm:lora_requests_info",
             "Running and waiting LoRA adapters (value: scrape time), as vLLM reports them; max_lora is "
@@ -69,8 +75,12 @@ class _LiveGauges(Collector):
             vllm_running.add_metric([model], gate.running)
             vllm_waiting.add_metric([model], gate.waiting)
             lora.add_metric(
-                [model, ",".join(sorted(gate.running_adapters)), ",".join(sorted(gate.waiting_adapters)),
-                 str(self._adapters(model))],
+                [
+                    model,
+                    ",".join(sorted(gate.running_adapters)),
+                    ",".join(sorted(gate.waiting_adapters)),
+                    str(self._adapters(model)),
+                ],
                 now,
             )
         yield from (running, waiting, vllm_running, vllm_waiting, lora)
@@ -83,37 +93,66 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter(
-            "gateway_requests", "Requests answered",
-            ["model", "adapter", "endpoint", "stream", "status"], registry=r,
+            "gateway_requests",
+            "Requests answered",
+            ["model", "adapter", "endpoint", "stream", "status"],
+            registry=r,
         )
         self.time_to_first_token = Histogram(
-            "gateway_time_to_first_token_seconds", "From request arrival to the first generated text",
-            ["model"], buckets=LATENCY_BUCKETS, registry=r,
+            "gateway_time_to_first_token_seconds",
+            "From request arrival to the first generated text",
+            ["model"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
         )
         self.inter_token_latency = Histogram(
-            "gateway_inter_token_latency_seconds", "Gap between two backend responses of one stream",
-            ["model"], buckets=LATENCY_BUCKETS, registry=r,
+            "gateway_inter_token_latency_seconds",
+            "Gap between two backend responses of one stream",
+            ["model"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
         )
         self.request_duration = Histogram(
-            "gateway_request_duration_seconds", "End-to-end request latency",
-            ["model", "endpoint"], buckets=LATENCY_BUCKETS, registry=r,
+            "gateway_request_duration_seconds",
+            "End-to-end request latency",
+            ["model", "endpoint"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
         )
         self.prompt_tokens_per_request = Histogram(
-            "gateway_request_prompt_tokens", "Prompt tokens per request", ["model"], buckets=TOKEN_BUCKETS, registry=r,
+            "gateway_request_prompt_tokens",
+            "Prompt tokens per request",
+            ["model"],
+            buckets=TOKEN_BUCKETS,
+            registry=r,
         )
         self.completion_tokens_per_request = Histogram(
-            "gateway_request_completion_tokens", "Completion tokens per request", ["model"],
-            buckets=TOKEN_BUCKETS, registry=r,
+            "gateway_request_completion_tokens",
+            "Completion tokens per request",
+            ["model"],
+            buckets=TOKEN_BUCKETS,
+            registry=r,
         )
-        self.prompt_tokens = Counter("gateway_prompt_tokens", "Prompt tokens processed", ["model", "adapter"], registry=r)
+        self.prompt_tokens = Counter(
+            "gateway_prompt_tokens", "Prompt tokens processed", ["model", "adapter"], registry=r
+        )
         self.completion_tokens = Counter(
-            "gateway_completion_tokens", "Completion tokens generated", ["model", "adapter"], registry=r,
+            "gateway_completion_tokens",
+            "Completion tokens generated",
+            ["model", "adapter"],
+            registry=r,
         )
         self.cancellations = Counter(
-            "gateway_cancellations", "Backend work cancelled before it finished, by reason", ["reason"], registry=r,
+            "gateway_cancellations",
+            "Backend work cancelled before it finished, by reason",
+            ["reason"],
+            registry=r,
         )
         self.backend_errors = Counter(
-            "gateway_backend_errors", "Errors from Triton, by type", ["type"], registry=r,
+            "gateway_backend_errors",
+            "Errors from Triton, by type",
+            ["type"],
+            registry=r,
         )
         r.register(_LiveGauges(admission, adapters))
 
@@ -123,7 +162,9 @@ class Metrics:
     def finish(self, record: RequestRecord) -> None:
         adapter = record.adapter or ""
         now = time.perf_counter()
-        self.requests.labels(record.model, adapter, record.endpoint, str(record.stream).lower(), str(record.status)).inc()
+        self.requests.labels(
+            record.model, adapter, record.endpoint, str(record.stream).lower(), str(record.status)
+        ).inc()
         self.request_duration.labels(record.model, record.endpoint).observe(now - record.started)
         if record.first_token is not None:
             self.time_to_first_token.labels(record.model).observe(record.first_token - record.started)

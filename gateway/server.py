@@ -17,8 +17,8 @@ from types import FrameType
 
 import uvicorn
 
+from gateway.core.service import CompletionService
 from gateway.errors import ShuttingDownError
-from gateway.service import CompletionService
 
 logger = logging.getLogger(__name__)
 

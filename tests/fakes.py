@@ -30,9 +30,6 @@ class ScriptedBackend:
     async def server_ready(self) -> bool:
         return self.ready
 
-    async def model_ready(self, name: str) -> bool:
-        return self.ready and name in self.models
-
     async def list_models(self) -> list[BackendModel]:
         return [BackendModel(name=m) for m in self.models]
 

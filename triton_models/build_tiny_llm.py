@@ -89,8 +89,7 @@ def generate_corpus(seed: int = SEED, lines: int = 3000) -> list[str]:
     roles = ["system", "developer", "user", "assistant", "tool"]
     for index in range(lines):
         words = [
-            rng.choice(_UNICODE_WORDS) if rng.random() < 0.15 else rng.choice(_WORDS)
-            for _ in range(rng.randint(4, 18))
+            rng.choice(_UNICODE_WORDS) if rng.random() < 0.15 else rng.choice(_WORDS) for _ in range(rng.randint(4, 18))
         ]
         sentence = " ".join(words)
         if rng.random() < 0.3:
@@ -106,7 +105,7 @@ def generate_corpus(seed: int = SEED, lines: int = 3000) -> list[str]:
     return corpus
 
 
-def build_tokenizer(out_dir: Path) -> "PreTrainedTokenizerFast":  # noqa: F821 - lazy import
+def build_tokenizer(out_dir: Path) -> PreTrainedTokenizerFast:  # noqa: F821 - lazy import
     """Train the byte-level BPE and save it with the chat template in both places."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -145,7 +144,7 @@ def build_tokenizer(out_dir: Path) -> "PreTrainedTokenizerFast":  # noqa: F821 -
     return fast
 
 
-def build_model(out_dir: Path, tokenizer: "PreTrainedTokenizerFast") -> None:  # noqa: F821
+def build_model(out_dir: Path, tokenizer: PreTrainedTokenizerFast) -> None:  # noqa: F821
     """Random-init the Llama model from the seed and save it (fp32 safetensors, tied embeddings)."""
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM

@@ -52,10 +52,16 @@ SIDECAR = {
     "autoscaling": {"enabled": False},
     "gateway": {"replicaCount": 1},
 }
-INGRESS = {"ingress": {"enabled": True, "className": "nginx",
-                       "tls": [{"secretName": "llm-tls", "hosts": ["llm.example.com"]}]}}
-HTTPROUTE = {"httpRoute": {"enabled": True, "hostnames": ["llm.example.com"],
-                           "parentRefs": [{"name": "public", "namespace": "gateway-system"}]}}
+INGRESS = {
+    "ingress": {"enabled": True, "className": "nginx", "tls": [{"secretName": "llm-tls", "hosts": ["llm.example.com"]}]}
+}
+HTTPROUTE = {
+    "httpRoute": {
+        "enabled": True,
+        "hostnames": ["llm.example.com"],
+        "parentRefs": [{"name": "public", "namespace": "gateway-system"}],
+    }
+}
 AUTH_VALUES = {"auth": {"enabled": True, "apiKeys": API_KEYS}}
 AUTH_EXISTING = {"auth": {"enabled": True, "existingSecret": "gateway-api-keys", "secretKey": "keys.txt"}}
 HPA_OFF = {"autoscaling": {"enabled": False}, "gateway": {"replicaCount": 3}}
@@ -65,21 +71,42 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "defaults": {},
     "external": EXTERNAL,
     "external-with-model-volume": _merge(EXTERNAL, {"gateway": {"modelRepository": {"existingClaim": "models-ro"}}}),
-    "managed-existing-pvc": {"triton": {"modelRepository": {"pvc": {"existingClaim": "llm-weights",
-                                                                    "subPath": "prod"}}}},
-    "managed-image": _merge(MONITORING, {"triton": {"replicaCount": 2, "modelRepository": {
-        "source": "image", "image": {"repository": "registry.example.com/models/llama-3.1-8b", "tag": "v3"}}}}),
+    "managed-existing-pvc": {
+        "triton": {"modelRepository": {"pvc": {"existingClaim": "llm-weights", "subPath": "prod"}}}
+    },
+    "managed-image": _merge(
+        MONITORING,
+        {
+            "triton": {
+                "replicaCount": 2,
+                "modelRepository": {
+                    "source": "image",
+                    "image": {"repository": "registry.example.com/models/llama-3.1-8b", "tag": "v3"},
+                },
+            }
+        },
+    ),
     "sidecar": _merge(SIDECAR, MONITORING),
     "ingress": INGRESS,
     "httproute": HTTPROUTE,
     "auth-values": AUTH_VALUES,
     "auth-existing-secret": AUTH_EXISTING,
     "hpa-off": HPA_OFF,
-    "extra-settings": {"gateway": {"shutdownGracePeriod": 120, "extraSettings": {
-        "max_concurrent_requests": 64, "log_requests": True, "max_tokens_limit": 4096}}},
-    "custom-ports": {"gateway": {"port": 9000, "requestTimeout": 900, "defaultMaxTokens": 512,
-                                 "corsOrigins": ["https://app.example.com"]},
-                     "service": {"port": 80}},
+    "extra-settings": {
+        "gateway": {
+            "shutdownGracePeriod": 120,
+            "extraSettings": {"max_concurrent_requests": 64, "log_requests": True, "max_tokens_limit": 4096},
+        }
+    },
+    "custom-ports": {
+        "gateway": {
+            "port": 9000,
+            "requestTimeout": 900,
+            "defaultMaxTokens": 512,
+            "corsOrigins": ["https://app.example.com"],
+        },
+        "service": {"port": 80},
+    },
     "everything-external": _merge(EXTERNAL, INGRESS, HTTPROUTE, AUTH_EXISTING, HPA_OFF, MONITORING),
     "everything-sidecar": _merge(SIDECAR, INGRESS, AUTH_VALUES, {"gateway": {"port": 8100}}),
 }
@@ -171,8 +198,12 @@ def test_every_object_is_known_and_labelled(rendered: dict[str, Rendered], scena
 
 def test_default_values_pass_the_schema_and_unknown_keys_do_not(chart: Any, helm: ModuleType) -> None:
     chart.validate_schema({})
-    for bad in ({"gateway": {"prot": 8000}}, {"triton": {"mode": "embedded"}},
-                {"gateway": {"port": "8000"}}, {"httpRoute": {"timeouts": {"request": "forever"}}}):
+    for bad in (
+        {"gateway": {"prot": 8000}},
+        {"triton": {"mode": "embedded"}},
+        {"gateway": {"port": "8000"}},
+        {"httpRoute": {"timeouts": {"request": "forever"}}},
+    ):
         with pytest.raises(helm.HelmValuesError):
             chart.validate_schema(bad)
 
@@ -270,7 +301,12 @@ def test_settings_reach_the_gateway_only_through_the_configmap(rendered: dict[st
 
 def test_optional_settings_are_set_only_when_given(rendered: dict[str, Rendered]) -> None:
     defaults = _settings(rendered["defaults"])
-    for unset in ("GATEWAY_REQUEST_TIMEOUT", "GATEWAY_DEFAULT_MAX_TOKENS", "GATEWAY_CORS_ORIGINS", "GATEWAY_API_KEY_FILE"):
+    for unset in (
+        "GATEWAY_REQUEST_TIMEOUT",
+        "GATEWAY_DEFAULT_MAX_TOKENS",
+        "GATEWAY_CORS_ORIGINS",
+        "GATEWAY_API_KEY_FILE",
+    ):
         assert unset not in defaults
     custom = _settings(rendered["custom-ports"])
     assert custom["GATEWAY_REQUEST_TIMEOUT"] == "900"
@@ -285,10 +321,12 @@ def test_every_variable_the_chart_sets_is_a_gateway_setting(rendered: dict[str, 
     known = {f"{ENV_PREFIX}{name.upper()}" for name in Settings.model_fields}
     used = {key for r in rendered.values() for key in _settings(r)}
     assert used - known == set(), f"the chart sets variables gateway/config.py does not know: {sorted(used - known)}"
-    settings = Settings(**{  # every value the chart renders must parse as the gateway would
-        key[len(ENV_PREFIX):].lower(): (json.loads(value) if value.startswith("[") else value)
-        for key, value in _settings(rendered["extra-settings"]).items()
-    })
+    settings = Settings(
+        **{  # every value the chart renders must parse as the gateway would
+            key[len(ENV_PREFIX) :].lower(): (json.loads(value) if value.startswith("[") else value)
+            for key, value in _settings(rendered["extra-settings"]).items()
+        }
+    )
     assert settings.max_concurrent_requests == 64 and settings.log_requests is True
     assert settings.shutdown_grace_period == 120
 
@@ -362,7 +400,9 @@ def test_managed_triton_serves_the_vllm_image_on_a_gpu_from_the_model_volume(
     repository = next(a for a in triton["args"] if a.startswith("--model-repository=")).split("=", 1)[1]
     assert _settings(r)["GATEWAY_MODEL_REPOSITORY"] == repository
     triton_mount = next(m for m in triton["volumeMounts"] if m["name"] == "models")
-    gateway_mount = next(m for m in _container(_gateway_deployment(r), "gateway")["volumeMounts"] if m["name"] == "models")
+    gateway_mount = next(
+        m for m in _container(_gateway_deployment(r), "gateway")["volumeMounts"] if m["name"] == "models"
+    )
     assert gateway_mount["readOnly"] is True
     assert gateway_mount["mountPath"] == triton_mount["mountPath"]
     assert gateway_mount.get("subPath") == triton_mount.get("subPath")
@@ -472,7 +512,9 @@ def _assert_keys_mounted(r: Rendered, secret_name: str, key: str) -> None:
     mount = next(m for m in gateway["volumeMounts"] if m["name"] == "api-keys")
     assert mount["readOnly"] is True
     assert _settings(r)["GATEWAY_API_KEY_FILE"] == f"{mount['mountPath']}/{key}"
-    assert "env" not in gateway or all("valueFrom" not in e or "secretKeyRef" not in e["valueFrom"] for e in gateway["env"])
+    assert "env" not in gateway or all(
+        "valueFrom" not in e or "secretKeyRef" not in e["valueFrom"] for e in gateway["env"]
+    )
 
 
 @pytest.mark.parametrize(
@@ -487,7 +529,10 @@ def _assert_keys_mounted(r: Rendered, secret_name: str, key: str) -> None:
         ({"triton": {"modelRepository": {"path": "/elsewhere"}}}, "must lie inside"),
         ({"autoscaling": {"minReplicas": 5, "maxReplicas": 2}}, "must not exceed"),
         ({"httpRoute": {"enabled": True}}, "needs httpRoute.parentRefs"),
-        ({"gateway": {"metrics": {"enabled": False, "serviceMonitor": {"enabled": True}}}}, "needs gateway.metrics.enabled"),
+        (
+            {"gateway": {"metrics": {"enabled": False, "serviceMonitor": {"enabled": True}}}},
+            "needs gateway.metrics.enabled",
+        ),
     ],
 )
 def test_impossible_combinations_fail_at_render_with_a_clear_message(
@@ -540,8 +585,16 @@ def test_ingress_turns_buffering_off_and_keeps_long_streams(rendered: dict[str, 
 
 
 def test_ingress_user_annotations_win_over_streaming_defaults(render: RenderFn) -> None:
-    r = render(_merge(INGRESS, {"ingress": {"annotations": {
-        "nginx.ingress.kubernetes.io/proxy-read-timeout": "7200", "example.com/team": "llm"}}}))
+    r = render(
+        _merge(
+            INGRESS,
+            {
+                "ingress": {
+                    "annotations": {"nginx.ingress.kubernetes.io/proxy-read-timeout": "7200", "example.com/team": "llm"}
+                }
+            },
+        )
+    )
     annotations = r.one("Ingress")["metadata"]["annotations"]
     assert annotations["nginx.ingress.kubernetes.io/proxy-read-timeout"] == "7200"
     assert annotations["example.com/team"] == "llm"
@@ -578,8 +631,9 @@ def test_service_monitors_scrape_declared_ports(rendered: dict[str, Rendered], s
         assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
         assert monitor["metadata"]["labels"]["release"] == "prom"
         assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
-        selected = [s for s in services
-                    if monitor["spec"]["selector"]["matchLabels"].items() <= s["metadata"]["labels"].items()]
+        selected = [
+            s for s in services if monitor["spec"]["selector"]["matchLabels"].items() <= s["metadata"]["labels"].items()
+        ]
         assert len(selected) == 1, monitor["metadata"]["name"]
         ports = {p["name"] for p in selected[0]["spec"]["ports"]}
         for endpoint in monitor["spec"]["endpoints"]:

@@ -66,10 +66,21 @@ def _ignored(path: str, patterns: list[str]) -> bool:
 
 
 def test_dockerignore_keeps_only_what_the_build_copies() -> None:
-    patterns = [p.strip() for p in (REPO_ROOT / ".dockerignore").read_text().splitlines()
-                if p.strip() and not p.startswith("#")]
-    for needed in ("pyproject.toml", "gateway/config.py", "gateway/routes/health.py", "deploy/docker/install-gateway.sh"):
+    patterns = [
+        p.strip() for p in (REPO_ROOT / ".dockerignore").read_text().splitlines() if p.strip() and not p.startswith("#")
+    ]
+    for needed in (
+        "pyproject.toml",
+        "gateway/config.py",
+        "gateway/routes/health.py",
+        "deploy/docker/install-gateway.sh",
+    ):
         assert not _ignored(needed, patterns), needed
-    for heavy in (".venv/bin/python", ".git/HEAD", "triton_models/weights/tiny-llm/model.safetensors",
-                  "tests/deploy/test_chart.py", "deploy/helm/triton-openai-gateway/values.yaml"):
+    for heavy in (
+        ".venv/bin/python",
+        ".git/HEAD",
+        "triton_models/weights/tiny-llm/model.safetensors",
+        "tests/deploy/test_chart.py",
+        "deploy/helm/triton-openai-gateway/values.yaml",
+    ):
         assert _ignored(heavy, patterns), heavy

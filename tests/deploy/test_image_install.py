@@ -97,7 +97,11 @@ def image_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     started = time.monotonic()
     result = subprocess.run(
         ["sh", str(INSTALL_SCRIPT), str(source), str(venv), str(wheels)],
-        capture_output=True, text=True, env=env, timeout=240, check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+        check=False,
     )
     assert result.returncode == 0, f"install failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
     print(f"image venv installed in {time.monotonic() - started:.1f} s")
@@ -105,13 +109,23 @@ def image_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _venv_python(venv: Path, code: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True,
-                          cwd=venv, env={"PATH": os.environ.get("PATH", "")}, timeout=60, check=False)
+    return subprocess.run(
+        [str(venv / "bin" / "python"), "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=venv,
+        env={"PATH": os.environ.get("PATH", "")},
+        timeout=60,
+        check=False,
+    )
 
 
 def test_image_venv_has_the_runtime_dependencies_and_no_torch_or_triton(image_venv: Path) -> None:
-    ok = _venv_python(image_venv, "import gateway, fastapi, uvicorn, tritonclient.grpc.aio, tokenizers, uvloop, httptools; "
-                                  "print(gateway.__file__)")
+    ok = _venv_python(
+        image_venv,
+        "import gateway, fastapi, uvicorn, tritonclient.grpc.aio, tokenizers, uvloop, httptools; "
+        "print(gateway.__file__)",
+    )
     assert ok.returncode == 0, ok.stderr
     assert str(image_venv) in ok.stdout, "the gateway must come from the installed wheel, not the work tree"
     for module in ("torch", "transformers", "pytriton", "tritonserver", "vllm"):
@@ -138,9 +152,21 @@ def gateway_url(image_venv: Path, triton: TritonServer) -> Iterator[tuple[str, i
     env = {"PATH": os.environ.get("PATH", ""), "HOME": str(image_venv.parent)}
     with open(log, "wb") as handle:
         process = subprocess.Popen(  # noqa: S603 - our own console script
-            [str(image_venv / "bin" / "triton-openai-gateway"), "--host", "127.0.0.1", "--port", str(port),
-             "--triton-url", triton.grpc_url, "--model-repository", str(REFERENCE_MODELS)],
-            stdout=handle, stderr=subprocess.STDOUT, env=env, cwd=image_venv.parent,
+            [
+                str(image_venv / "bin" / "triton-openai-gateway"),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--triton-url",
+                triton.grpc_url,
+                "--model-repository",
+                str(REFERENCE_MODELS),
+            ],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=image_venv.parent,
         )
     try:
         deadline = time.monotonic() + 60
@@ -181,10 +207,18 @@ def test_installed_gateway_serves_a_chat_completion_from_real_triton(gateway_url
     host, port = gateway_url
     status, body = _request(host, port, "GET", "/health")
     assert status == 200
-    status, body = _request(host, port, "POST", "/v1/chat/completions", {
-        "model": MODEL, "max_tokens": 8, "temperature": 0,
-        "messages": [{"role": "user", "content": "Hello"}],
-    })
+    status, body = _request(
+        host,
+        port,
+        "POST",
+        "/v1/chat/completions",
+        {
+            "model": MODEL,
+            "max_tokens": 8,
+            "temperature": 0,
+            "messages": [{"role": "user", "content": "Hello"}],
+        },
+    )
     assert status == 200, body
     completion = json.loads(body)
     assert completion["object"] == "chat.completion"
@@ -195,11 +229,19 @@ def test_installed_gateway_serves_a_chat_completion_from_real_triton(gateway_url
 
 def test_installed_gateway_streams_sse_to_done(gateway_url: tuple[str, int]) -> None:
     host, port = gateway_url
-    status, body = _request(host, port, "POST", "/v1/chat/completions", {
-        "model": MODEL, "max_tokens": 8, "stream": True,
-        "messages": [{"role": "user", "content": "Hello"}],
-    })
+    status, body = _request(
+        host,
+        port,
+        "POST",
+        "/v1/chat/completions",
+        {
+            "model": MODEL,
+            "max_tokens": 8,
+            "stream": True,
+            "messages": [{"role": "user", "content": "Hello"}],
+        },
+    )
     assert status == 200, body
-    events = [line[len(b"data: "):] for line in body.splitlines() if line.startswith(b"data: ")]
+    events = [line[len(b"data: ") :] for line in body.splitlines() if line.startswith(b"data: ")]
     assert events[-1] == b"[DONE]"
     assert json.loads(events[0])["object"] == "chat.completion.chunk"

@@ -11,8 +11,8 @@ import yaml
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from gateway.catalog import read_local_model_files
 from gateway.config import Settings
+from gateway.models.files import read_local_model_files
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LAYOUT = REPO_ROOT / "triton_models" / "vllm"

@@ -50,19 +50,28 @@ class GatewayProcess:
         return self.log.read_text(errors="replace")
 
 
-def start_gateway(triton_url: str, log: Path, *extra: str, env: dict[str, str] | None = None,
-                  wait_ready: bool = True) -> GatewayProcess:
+def start_gateway(
+    triton_url: str, log: Path, *extra: str, env: dict[str, str] | None = None, wait_ready: bool = True
+) -> GatewayProcess:
     port = free_port()
     command = [
-        sys.executable, "-m", "gateway",
-        "--triton-url", triton_url,
-        "--port", str(port),
-        "--model-repository", f"{REFERENCE_REPOSITORY},{TEST_REPOSITORY}",
-        "--log-level", "info",
+        sys.executable,
+        "-m",
+        "gateway",
+        "--triton-url",
+        triton_url,
+        "--port",
+        str(port),
+        "--model-repository",
+        f"{REFERENCE_REPOSITORY},{TEST_REPOSITORY}",
+        "--log-level",
+        "info",
         *extra,
     ]
     handle = open(log, "ab")  # noqa: SIM115 - lives as long as the process
-    process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}, cwd=ROOT)
+    process = subprocess.Popen(
+        command, stdout=handle, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}, cwd=ROOT
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     path = "/health/ready" if wait_ready else "/health"

@@ -26,9 +26,22 @@ FORCE_HELLO = {"logit_bias": {str(HELLO): 100}}
 
 def chat(client: openai.OpenAI, **kwargs: object):  # type: ignore[no-untyped-def]
     args: dict[str, object] = {"model": MODEL, "messages": MESSAGES, "max_tokens": 12, "temperature": 0}
-    extra = {k: kwargs.pop(k) for k in list(kwargs) if k in {"top_k", "min_p", "repetition_penalty", "min_tokens",
-                                                            "ignore_eos", "stop_token_ids", "include_stop_str_in_output",
-                                                            "skip_special_tokens", "continuous_usage_stats"}}
+    extra = {
+        k: kwargs.pop(k)
+        for k in list(kwargs)
+        if k
+        in {
+            "top_k",
+            "min_p",
+            "repetition_penalty",
+            "min_tokens",
+            "ignore_eos",
+            "stop_token_ids",
+            "include_stop_str_in_output",
+            "skip_special_tokens",
+            "continuous_usage_stats",
+        }
+    }
     extra.setdefault("ignore_eos", True)
     args.update(kwargs)
     return client.chat.completions.create(extra_body=extra, **args)  # type: ignore[call-overload]
@@ -39,6 +52,7 @@ def text_of(reply) -> str:  # type: ignore[no-untyped-def]
 
 
 # -- sampling ------------------------------------------------------------------------------------
+
 
 def test_temperature_zero_is_deterministic(client: openai.OpenAI) -> None:
     assert text_of(chat(client)) == text_of(chat(client))
@@ -61,7 +75,9 @@ def tokens_of(reply) -> list[str]:  # type: ignore[no-untyped-def]
     return [item.token for item in reply.choices[0].logprobs.content]
 
 
-@pytest.mark.parametrize("penalty", [{"repetition_penalty": 2.0}, {"presence_penalty": 2.0}, {"frequency_penalty": 2.0}])
+@pytest.mark.parametrize(
+    "penalty", [{"repetition_penalty": 2.0}, {"presence_penalty": 2.0}, {"frequency_penalty": 2.0}]
+)
 def test_penalties_reduce_repetition(client: openai.OpenAI, penalty: dict[str, float]) -> None:
     greedy = tokens_of(chat(client, max_tokens=12, logprobs=True))
     repeated = max(set(greedy), key=greedy.count)
@@ -100,6 +116,7 @@ def test_max_tokens_over_context_is_context_length_exceeded(client: openai.OpenA
 
 # -- stop strings --------------------------------------------------------------------------------
 
+
 def test_stop_string_cuts_before_and_finishes_with_stop(client: openai.OpenAI) -> None:
     reply = chat(client, max_tokens=6, stop=["lohel"], **FORCE_HELLO)
     assert text_of(reply) == "hel" and reply.choices[0].finish_reason == "stop"
@@ -115,6 +132,7 @@ def test_stop_string_never_leaks_into_stream(client: openai.OpenAI) -> None:
 
 
 # -- n, logprobs, usage ---------------------------------------------------------------------------
+
 
 def test_n_choices_have_indices_and_own_finish_reasons(client: openai.OpenAI) -> None:
     reply = chat(client, n=3, temperature=1.0, seed=5, max_tokens=6)
@@ -150,8 +168,14 @@ def test_chat_logprobs_shape_and_consistency(client: openai.OpenAI) -> None:
 
 
 def test_stream_usage_include_and_continuous(gateway: GatewayProcess) -> None:
-    body = {"model": MODEL, "messages": MESSAGES, "max_tokens": 4, "stream": True, "ignore_eos": True,
-            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    body = {
+        "model": MODEL,
+        "messages": MESSAGES,
+        "max_tokens": 4,
+        "stream": True,
+        "ignore_eos": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+    }
     raw = httpx.post(gateway.url + "/v1/chat/completions", json=body, timeout=30).text
     chunks = [json.loads(line[6:]) for line in raw.splitlines() if line.startswith("data: {")]
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 4
@@ -161,8 +185,14 @@ def test_stream_usage_include_and_continuous(gateway: GatewayProcess) -> None:
 
 def test_unknown_and_unused_fields_are_accepted(client: openai.OpenAI) -> None:
     reply = client.chat.completions.create(
-        model=MODEL, messages=MESSAGES, max_tokens=2, user="u-1", store=False, metadata={"k": "v"},
-        service_tier="auto", extra_body={"totally_new_field": {"x": 1}},
+        model=MODEL,
+        messages=MESSAGES,
+        max_tokens=2,
+        user="u-1",
+        store=False,
+        metadata={"k": "v"},
+        service_tier="auto",
+        extra_body={"totally_new_field": {"x": 1}},
     )
     assert reply.usage.completion_tokens <= 2
 
@@ -185,8 +215,13 @@ def test_message_roles_and_text_parts(client: openai.OpenAI) -> None:
 
 def test_image_parts_are_a_clear_400(client: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as info:
-        client.chat.completions.create(model=MODEL, max_tokens=2, messages=[{"role": "user", "content": [
-            {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}])
+        client.chat.completions.create(
+            model=MODEL,
+            max_tokens=2,
+            messages=[
+                {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}
+            ],
+        )
     assert info.value.body["param"] == "messages.0.content"  # type: ignore[index]
 
 
@@ -203,9 +238,11 @@ def test_response_format_text_is_plain_generation(client: openai.OpenAI) -> None
 
 # -- legacy completions ----------------------------------------------------------------------------
 
+
 def test_completions_prompt_list_and_n(client: openai.OpenAI) -> None:
-    reply = client.completions.create(model=MODEL, prompt=["one", "two"], n=2, max_tokens=3, temperature=1.0, seed=3,
-                                      extra_body={"ignore_eos": True})
+    reply = client.completions.create(
+        model=MODEL, prompt=["one", "two"], n=2, max_tokens=3, temperature=1.0, seed=3, extra_body={"ignore_eos": True}
+    )
     assert [c.index for c in reply.choices] == [0, 1, 2, 3]
     assert all(c.finish_reason == "length" for c in reply.choices)
     assert reply.usage.completion_tokens == 12
@@ -215,8 +252,9 @@ def test_completions_echo_and_logprobs(client: openai.OpenAI) -> None:
     echoed = client.completions.create(model=MODEL, prompt="abc", echo=True, max_tokens=2, temperature=0)
     plain = client.completions.create(model=MODEL, prompt="abc", max_tokens=2, temperature=0)
     assert echoed.choices[0].text == "abc" + plain.choices[0].text
-    withlp = client.completions.create(model=MODEL, prompt="abc", max_tokens=3, temperature=0, logprobs=2,
-                                       extra_body={"ignore_eos": True})
+    withlp = client.completions.create(
+        model=MODEL, prompt="abc", max_tokens=3, temperature=0, logprobs=2, extra_body={"ignore_eos": True}
+    )
     lp = withlp.choices[0].logprobs
     assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.text_offset) == 3
     assert all(len(t) == 2 for t in lp.top_logprobs)

@@ -51,22 +51,30 @@ def test_chat_template_renders_the_prompt(gateway: GatewayProcess) -> None:
         ({"presence_penalty": 0.5, "frequency_penalty": -0.5}, {"presence_penalty": 0.5, "frequency_penalty": -0.5}),
         # control characters: always escaped in the echoed JSON, so the gateway's own stop cut never fires
         ({"stop": "\u0001"}, {"stop": ["\u0001"]}),
-        ({"stop": ["\u0001", "\u0002"], "include_stop_str_in_output": True},
-         {"stop": ["\u0001", "\u0002"], "include_stop_str_in_output": True}),
+        (
+            {"stop": ["\u0001", "\u0002"], "include_stop_str_in_output": True},
+            {"stop": ["\u0001", "\u0002"], "include_stop_str_in_output": True},
+        ),
         ({"logit_bias": {"12": 5}}, {"logit_bias": {"12": 5.0}}),
         ({"top_k": 5, "min_p": 0.1, "repetition_penalty": 1.2}, {"top_k": 5, "min_p": 0.1, "repetition_penalty": 1.2}),
-        ({"min_tokens": 2, "ignore_eos": False, "stop_token_ids": [7]}, {"min_tokens": 2, "ignore_eos": False, "stop_token_ids": [7]}),
+        (
+            {"min_tokens": 2, "ignore_eos": False, "stop_token_ids": [7]},
+            {"min_tokens": 2, "ignore_eos": False, "stop_token_ids": [7]},
+        ),
         ({"skip_special_tokens": False}, {"skip_special_tokens": False}),
         ({"n": 2}, {"n": 2}),
         ({"max_tokens": 9, "max_completion_tokens": 4}, {"max_tokens": 4}),
         ({"logprobs": True, "top_logprobs": 3}, {"logprobs": 3}),
         ({"response_format": {"type": "json_object"}}, {"structured_outputs": json.dumps({"json_object": True})}),
-        ({"response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": {"type": "object"}}}},
-         {"structured_outputs": json.dumps({"json": {"type": "object"}})}),
+        (
+            {"response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": {"type": "object"}}}},
+            {"structured_outputs": json.dumps({"json": {"type": "object"}})},
+        ),
     ],
 )
-def test_chat_fields_map_to_sampling_parameters(gateway: GatewayProcess, fields: dict[str, Any],
-                                                expected: dict[str, Any]) -> None:
+def test_chat_fields_map_to_sampling_parameters(
+    gateway: GatewayProcess, fields: dict[str, Any], expected: dict[str, Any]
+) -> None:
     params = chat(gateway, **{"max_tokens": 5, **fields})["sampling_parameters"]
     for key, value in expected.items():
         assert params[key] == value, key

@@ -211,9 +211,7 @@ def test_cancelling_the_call_stops_the_work_and_counts_it(
 ) -> None:
     cancelled_before = read_metric(server, "tiny_llm_requests_cancelled_total")
     total_before = read_metric(server, "tiny_llm_requests_total")
-    call = stub.ModelStreamInfer(
-        iter([make_request({"max_tokens": 2000, "ignore_eos": True, "seed": 5}, stream=True)])
-    )
+    call = stub.ModelStreamInfer(iter([make_request({"max_tokens": 2000, "ignore_eos": True, "seed": 5}, stream=True)]))
     received = 0
     for _ in call:
         received += 1
@@ -280,9 +278,7 @@ def test_scripted_echo_inputs_reports_what_was_sent(stub: service_pb2_grpc.GRPCI
     assert record["stream"] is False and record["exclude_input_in_output"] is True
 
 
-def test_scripted_hang_is_cancellable(
-    server: TritonServer, stub: service_pb2_grpc.GRPCInferenceServiceStub
-) -> None:
+def test_scripted_hang_is_cancellable(server: TritonServer, stub: service_pb2_grpc.GRPCInferenceServiceStub) -> None:
     before = read_metric(server, "scripted_requests_cancelled_total")
     script = json.dumps({"hang": 30, "responses": [{"utf8": ["x"]}]})
     call = stub.ModelStreamInfer(iter([make_request({}, True, script, "scripted")]))

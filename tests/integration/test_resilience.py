@@ -47,8 +47,9 @@ def own_gateway(triton: TritonServer, tmp_path: Path):  # type: ignore[no-untype
     started: list[GatewayProcess] = []
 
     def start(*flags: str, triton_url: str | None = None, wait_ready: bool = True) -> GatewayProcess:
-        gateway = start_gateway(triton_url or triton.grpc_url, tmp_path / f"gateway-{len(started)}.log", *flags,
-                                wait_ready=wait_ready)
+        gateway = start_gateway(
+            triton_url or triton.grpc_url, tmp_path / f"gateway-{len(started)}.log", *flags, wait_ready=wait_ready
+        )
         started.append(gateway)
         return gateway
 
@@ -59,11 +60,16 @@ def own_gateway(triton: TritonServer, tmp_path: Path):  # type: ignore[no-untype
 
 # -- deadlines -------------------------------------------------------------------------------------
 
+
 def test_deadline_header_cancels_triton_and_returns_504(gateway: GatewayProcess, triton: TritonServer) -> None:
     before = scripted_cancelled(triton)
     started = time.monotonic()
-    response = httpx.post(gateway.url + "/v1/completions", headers={"X-Request-Timeout": "0.5"},
-                          json={"model": SCRIPTED, "prompt": slow_script(hang=5)}, timeout=10)
+    response = httpx.post(
+        gateway.url + "/v1/completions",
+        headers={"X-Request-Timeout": "0.5"},
+        json={"model": SCRIPTED, "prompt": slow_script(hang=5)},
+        timeout=10,
+    )
     assert response.status_code == 504
     assert response.json()["error"]["type"] == "timeout_error"
     assert time.monotonic() - started < 3
@@ -73,8 +79,9 @@ def test_deadline_header_cancels_triton_and_returns_504(gateway: GatewayProcess,
 def test_deadline_mid_stream_is_an_error_event(own_gateway, triton: TritonServer) -> None:  # type: ignore[no-untyped-def]
     gateway = own_gateway("--request-timeout", "0.6", "--first-response-wait", "0.1")
     before = scripted_cancelled(triton)
-    raw = httpx.post(gateway.url + "/v1/completions", json={"model": SCRIPTED, "prompt": slow_script(), "stream": True},
-                     timeout=10).text
+    raw = httpx.post(
+        gateway.url + "/v1/completions", json={"model": SCRIPTED, "prompt": slow_script(), "stream": True}, timeout=10
+    ).text
     events = [json.loads(e[6:]) for e in raw.split("\n\n") if e.startswith("data: {")]
     assert any(e.get("choices") for e in events[:-1])
     assert events[-1]["error"]["type"] == "timeout_error"
@@ -82,12 +89,16 @@ def test_deadline_mid_stream_is_an_error_event(own_gateway, triton: TritonServer
 
 
 def test_bad_timeout_header_is_400(gateway: GatewayProcess) -> None:
-    response = httpx.post(gateway.url + "/v1/completions", headers={"X-Request-Timeout": "soon"},
-                          json={"model": SCRIPTED, "prompt": slow_script(1)})
+    response = httpx.post(
+        gateway.url + "/v1/completions",
+        headers={"X-Request-Timeout": "soon"},
+        json={"model": SCRIPTED, "prompt": slow_script(1)},
+    )
     assert response.status_code == 400
 
 
 # -- backpressure ----------------------------------------------------------------------------------
+
 
 @pytest.mark.anyio
 async def test_full_queue_is_429_with_retry_after_at_once(own_gateway, triton: TritonServer) -> None:  # type: ignore[no-untyped-def]
@@ -113,11 +124,13 @@ async def test_full_queue_is_429_with_retry_after_at_once(own_gateway, triton: T
 
 # -- keep-alive ------------------------------------------------------------------------------------
 
+
 def test_pings_flow_during_a_slow_first_token_and_the_sdk_parses_them(own_gateway) -> None:  # type: ignore[no-untyped-def]
     gateway = own_gateway("--sse-ping-interval", "0.2", "--first-response-wait", "0.05")
     prompt = json.dumps({"responses": [{"utf8": ["late"]}], "hang": 1.0})
-    raw = httpx.post(gateway.url + "/v1/completions", json={"model": SCRIPTED, "prompt": prompt, "stream": True},
-                     timeout=10).text
+    raw = httpx.post(
+        gateway.url + "/v1/completions", json={"model": SCRIPTED, "prompt": prompt, "stream": True}, timeout=10
+    ).text
     assert raw.count(": ping\n\n") >= 3
     assert "id:" not in raw and "retry:" not in raw
     with openai.OpenAI(base_url=gateway.url + "/v1", api_key="x", max_retries=0) as sdk:
@@ -126,6 +139,7 @@ def test_pings_flow_during_a_slow_first_token_and_the_sdk_parses_them(own_gatewa
 
 
 # -- everybody leaves ------------------------------------------------------------------------------
+
 
 @pytest.mark.anyio
 async def test_two_hundred_streams_dropped_at_random_leave_nothing_in_triton(
@@ -150,12 +164,16 @@ async def test_two_hundred_streams_dropped_at_random_leave_nothing_in_triton(
         dropped = await asyncio.gather(*(one(http, rng.uniform(0.0, 2.0)) for _ in range(200)))
     assert wait_for(lambda: scripted_in_flight(triton) == 0, timeout=5.0)
     settled = time.monotonic()
-    assert settled - max(dropped) < 1.0, f"Triton still had work {settled - max(dropped):.2f} s after the last client left"
+    assert settled - max(dropped) < 1.0, (
+        f"Triton still had work {settled - max(dropped):.2f} s after the last client left"
+    )
     metrics = httpx.get(gateway.url + "/metrics").text
     assert 'gateway_cancellations_total{reason="client_disconnect"}' in metrics
 
 
-def test_client_leaving_before_the_first_token_cancels_triton_work(gateway: GatewayProcess, triton: TritonServer) -> None:
+def test_client_leaving_before_the_first_token_cancels_triton_work(
+    gateway: GatewayProcess, triton: TritonServer
+) -> None:
     """Within the first-response wait, before any header is sent, the gateway still watches the
     client: a long prefill for a client that already left is cancelled at once."""
     before = scripted_cancelled(triton)
@@ -163,16 +181,20 @@ def test_client_leaving_before_the_first_token_cancels_triton_work(gateway: Gate
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(gateway.url + "/v1/completions", json=body, timeout=httpx.Timeout(10, read=0.5))
     left = time.monotonic()
-    assert wait_for(lambda: scripted_cancelled(triton) == before + 1 and scripted_in_flight(triton) == 0,
-                    timeout=5)
+    assert wait_for(lambda: scripted_cancelled(triton) == before + 1 and scripted_in_flight(triton) == 0, timeout=5)
     assert time.monotonic() - left < 1.0
 
 
 # -- Triton down, killed, restarted ------------------------------------------------------------------
 
+
 def _start_triton(grpc_port: int, tmp_path: Path, name: str) -> TritonServer:
-    server = TritonServer(REFERENCE_REPOSITORY, grpc_port=grpc_port, log_file=tmp_path / f"{name}.log",
-                          extra_args=(f"--model-repository={TEST_REPOSITORY}",))
+    server = TritonServer(
+        REFERENCE_REPOSITORY,
+        grpc_port=grpc_port,
+        log_file=tmp_path / f"{name}.log",
+        extra_args=(f"--model-repository={TEST_REPOSITORY}",),
+    )
     return server.start()
 
 
@@ -221,15 +243,17 @@ def test_triton_killed_mid_stream_then_back(own_gateway, tmp_path: Path) -> None
 
 # -- graceful shutdown -------------------------------------------------------------------------------
 
-def _stream_in_background(url: str, prompt: str) -> tuple[list[str], "object"]:
+
+def _stream_in_background(url: str, prompt: str) -> tuple[list[str], object]:
     import threading
 
     lines: list[str] = []
 
     def run() -> None:
         try:
-            with httpx.stream("POST", url + "/v1/completions", timeout=30,
-                              json={"model": SCRIPTED, "prompt": prompt, "stream": True}) as response:
+            with httpx.stream(
+                "POST", url + "/v1/completions", timeout=30, json={"model": SCRIPTED, "prompt": prompt, "stream": True}
+            ) as response:
                 lines.extend(line for line in response.iter_lines() if line)
         except httpx.HTTPError as exc:
             lines.append(f"transport error: {exc!r}")

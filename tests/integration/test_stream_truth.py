@@ -51,8 +51,12 @@ def test_utf8_character_split_across_responses_never_shows_replacement(client: o
 
 
 def test_stop_string_split_across_deltas_never_leaks(client: openai.OpenAI) -> None:
-    prompt = script({"utf8": ["Hello wo"]}, {"utf8": ["rld. EN"]}, {"utf8": ["D and more"]},
-                    {"utf8": [" text"], "finish_reason": ["length"]})
+    prompt = script(
+        {"utf8": ["Hello wo"]},
+        {"utf8": ["rld. EN"]},
+        {"utf8": ["D and more"]},
+        {"utf8": [" text"], "finish_reason": ["length"]},
+    )
     texts, finishes, chunks = stream_text(client, prompt, stop=["END"])
     assert texts == {0: "Hello world. "}
     assert finishes == {0: "stop"}
@@ -81,22 +85,29 @@ def test_n_sequences_interleaved_keep_their_index_and_finish(client: openai.Open
 
 
 def test_usage_counts_come_from_the_backend(client: openai.OpenAI) -> None:
-    prompt = script({"utf8": ["x"], "num_output_tokens": [3]}, {"utf8": ["y"], "num_output_tokens": [4]},
-                    num_input_tokens=11)
-    chunks = list(client.completions.create(model=SCRIPTED, prompt=prompt, stream=True, max_tokens=50,
-                                            stream_options={"include_usage": True}))
+    prompt = script(
+        {"utf8": ["x"], "num_output_tokens": [3]}, {"utf8": ["y"], "num_output_tokens": [4]}, num_input_tokens=11
+    )
+    chunks = list(
+        client.completions.create(
+            model=SCRIPTED, prompt=prompt, stream=True, max_tokens=50, stream_options={"include_usage": True}
+        )
+    )
     assert chunks[-1].choices == []
     assert (chunks[-1].usage.prompt_tokens, chunks[-1].usage.completion_tokens) == (11, 7)
     assert all(c.usage is None for c in chunks[:-1])
 
 
-def test_mid_stream_error_is_one_openai_error_event_the_sdk_raises(client: openai.OpenAI, gateway: GatewayProcess) -> None:
+def test_mid_stream_error_is_one_openai_error_event_the_sdk_raises(
+    client: openai.OpenAI, gateway: GatewayProcess
+) -> None:
     prompt = script({"utf8": ["partial "]}, {"utf8": ["more"]}, error={"message": "engine exploded", "after": 1})
     with pytest.raises(openai.APIError) as info:
         stream_text(client, prompt)
     assert "engine exploded" in info.value.message
-    raw = httpx.post(gateway.url + "/v1/completions", json={"model": SCRIPTED, "prompt": prompt, "stream": True},
-                     timeout=30).text
+    raw = httpx.post(
+        gateway.url + "/v1/completions", json={"model": SCRIPTED, "prompt": prompt, "stream": True}, timeout=30
+    ).text
     events = [e for e in raw.split("\n\n") if e.startswith("data: ")]
     last = json.loads(events[-1][6:])
     assert set(last["error"]) == {"message", "type", "param", "code"}

@@ -19,8 +19,21 @@ def make_client_certificate(directory: Path, ca_cert: Path, ca_key: Path) -> tup
     key, csr, cert = directory / "client.key", directory / "client.csr", directory / "client.pem"
     for args in (
         ["req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr), "-subj", "/CN=gateway"],
-        ["x509", "-req", "-in", str(csr), "-CA", str(ca_cert), "-CAkey", str(ca_key), "-CAcreateserial",
-         "-out", str(cert), "-days", "1"],
+        [
+            "x509",
+            "-req",
+            "-in",
+            str(csr),
+            "-CA",
+            str(ca_cert),
+            "-CAkey",
+            str(ca_key),
+            "-CAcreateserial",
+            "-out",
+            str(cert),
+            "-days",
+            "1",
+        ],
     ):
         subprocess.run(["openssl", *args], check=True, capture_output=True)
     return cert, key
@@ -36,11 +49,39 @@ def make_certificates(directory: Path) -> tuple[Path, Path, Path]:
     def run(*args: str) -> None:
         subprocess.run(["openssl", *args], check=True, capture_output=True)
 
-    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(ca_key), "-out", str(ca_cert),
-        "-days", "1", "-subj", "/CN=test-ca")
+    run(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        str(ca_key),
+        "-out",
+        str(ca_cert),
+        "-days",
+        "1",
+        "-subj",
+        "/CN=test-ca",
+    )
     run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr), "-subj", "/CN=localhost")
-    run("x509", "-req", "-in", str(csr), "-CA", str(ca_cert), "-CAkey", str(ca_key), "-CAcreateserial",
-        "-out", str(cert), "-days", "1", "-extfile", str(ext))
+    run(
+        "x509",
+        "-req",
+        "-in",
+        str(csr),
+        "-CA",
+        str(ca_cert),
+        "-CAkey",
+        str(ca_key),
+        "-CAcreateserial",
+        "-out",
+        str(cert),
+        "-days",
+        "1",
+        "-extfile",
+        str(ext),
+    )
     return ca_cert, cert, key
 
 
@@ -49,9 +90,14 @@ def tls_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Trito
     directory = tmp_path_factory.mktemp("tls")
     ca, cert, key = make_certificates(directory)
     server = TritonServer(
-        TEST_REPOSITORY, log_file=directory / "triton.log",
-        extra_args=("--grpc-use-ssl=true", f"--grpc-server-cert={cert}", f"--grpc-server-key={key}",
-                    f"--grpc-root-cert={ca}"),
+        TEST_REPOSITORY,
+        log_file=directory / "triton.log",
+        extra_args=(
+            "--grpc-use-ssl=true",
+            f"--grpc-server-cert={cert}",
+            f"--grpc-server-key={key}",
+            f"--grpc-root-cert={ca}",
+        ),
     )
     server.start()
     yield server, ca
@@ -89,9 +135,14 @@ def mtls_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Trit
     ca, cert, key = make_certificates(directory)
     client_cert, client_key = make_client_certificate(directory, ca, directory / "ca.key")
     server = TritonServer(
-        TEST_REPOSITORY, log_file=directory / "triton.log",
-        extra_args=("--grpc-use-ssl-mutual=true", f"--grpc-server-cert={cert}",
-                    f"--grpc-server-key={key}", f"--grpc-root-cert={ca}"),
+        TEST_REPOSITORY,
+        log_file=directory / "triton.log",
+        extra_args=(
+            "--grpc-use-ssl-mutual=true",
+            f"--grpc-server-cert={cert}",
+            f"--grpc-server-key={key}",
+            f"--grpc-root-cert={ca}",
+        ),
     )
     server.start()
     yield server, ca, client_cert, client_key
@@ -102,13 +153,26 @@ def test_mutual_tls_streams_with_a_client_certificate(
     mtls_triton: tuple[TritonServer, Path, Path, Path], tmp_path: Path
 ) -> None:
     triton, ca, client_cert, client_key = mtls_triton
-    gateway = _gateway(triton, tmp_path / "gw.log", "--triton-ssl", "--triton-ssl-root-certs", str(ca),
-                       "--triton-ssl-client-cert", str(client_cert), "--triton-ssl-client-key", str(client_key),
-                       ready=True)
+    gateway = _gateway(
+        triton,
+        tmp_path / "gw.log",
+        "--triton-ssl",
+        "--triton-ssl-root-certs",
+        str(ca),
+        "--triton-ssl-client-cert",
+        str(client_cert),
+        "--triton-ssl-client-key",
+        str(client_key),
+        ready=True,
+    )
     try:
         prompt = json.dumps({"responses": [{"utf8": ["mutual "]}, {"utf8": ["tls"]}]})
-        with httpx.stream("POST", gateway.url + "/v1/completions", timeout=30,
-                          json={"model": "scripted", "prompt": prompt, "stream": True}) as reply:
+        with httpx.stream(
+            "POST",
+            gateway.url + "/v1/completions",
+            timeout=30,
+            json={"model": "scripted", "prompt": prompt, "stream": True},
+        ) as reply:
             assert reply.status_code == 200
             events = [line[6:] for line in reply.iter_lines() if line.startswith("data: ")]
         assert events[-1] == "[DONE]"
@@ -124,8 +188,11 @@ def test_mutual_tls_without_a_client_certificate_is_refused(
     gateway = _gateway(triton, tmp_path / "gw.log", "--triton-ssl", "--triton-ssl-root-certs", str(ca), ready=False)
     try:
         assert httpx.get(gateway.url + "/health/ready", timeout=10).status_code == 503
-        reply = httpx.post(gateway.url + "/v1/completions", timeout=30,
-                           json={"model": "scripted", "prompt": json.dumps({"responses": [{"utf8": ["x"]}]})})
+        reply = httpx.post(
+            gateway.url + "/v1/completions",
+            timeout=30,
+            json={"model": "scripted", "prompt": json.dumps({"responses": [{"utf8": ["x"]}]})},
+        )
         assert reply.status_code == 503 and reply.json()["error"]["code"] == "backend_unavailable"
     finally:
         stop_gateway(gateway)

@@ -13,8 +13,11 @@ MODEL = "trtllm_ensemble"
 
 
 def test_streamed_completion_counts_tokens_and_infers_length(client: openai.OpenAI) -> None:
-    chunks = list(client.completions.create(model=MODEL, prompt="alpha beta", max_tokens=5, stream=True,
-                                            stream_options={"include_usage": True}))
+    chunks = list(
+        client.completions.create(
+            model=MODEL, prompt="alpha beta", max_tokens=5, stream=True, stream_options={"include_usage": True}
+        )
+    )
     text = "".join(c.choices[0].text for c in chunks if c.choices)
     assert text == "alpha beta alpha beta alpha "
     finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
@@ -37,8 +40,15 @@ def test_chat_works_through_the_template(client: openai.OpenAI) -> None:
 
 def test_fields_become_ensemble_tensors_with_their_types(client: openai.OpenAI) -> None:
     reply = client.completions.create(
-        model=MODEL, prompt="ECHO", max_tokens=7, temperature=0.5, top_p=0.9, seed=42, stop=["\u0001", "\u0002"],
-        frequency_penalty=0.25, presence_penalty=-0.5,
+        model=MODEL,
+        prompt="ECHO",
+        max_tokens=7,
+        temperature=0.5,
+        top_p=0.9,
+        seed=42,
+        stop=["\u0001", "\u0002"],
+        frequency_penalty=0.25,
+        presence_penalty=-0.5,
         extra_body={"top_k": 3, "min_tokens": 2, "repetition_penalty": 1.5},
     )
     sent = json.loads(reply.choices[0].text)
@@ -52,8 +62,12 @@ def test_fields_become_ensemble_tensors_with_their_types(client: openai.OpenAI) 
 
 @pytest.mark.parametrize(
     ("extra", "param"),
-    [({"n": 2}, "n"), ({"logprobs": 2}, "logprobs"), ({"extra_body": {"min_p": 0.1}}, "min_p"),
-     ({"logit_bias": {"5": 1}}, "logit_bias")],
+    [
+        ({"n": 2}, "n"),
+        ({"logprobs": 2}, "logprobs"),
+        ({"extra_body": {"min_p": 0.1}}, "min_p"),
+        ({"logit_bias": {"5": 1}}, "logit_bias"),
+    ],
 )
 def test_fields_the_ensemble_cannot_take_are_400(client: openai.OpenAI, extra: dict[str, object], param: str) -> None:
     with pytest.raises(openai.BadRequestError) as info:

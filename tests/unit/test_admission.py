@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from gateway.admission import Admission
+from gateway.core.admission import Admission
 from gateway.errors import RateLimitError, ShuttingDownError
 
 pytestmark = pytest.mark.anyio

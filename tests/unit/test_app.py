@@ -55,7 +55,9 @@ def sse_events(body: str) -> list[str]:
 
 async def test_stream_frames_role_content_finish_done(tmp_path: Path) -> None:
     backend = ScriptedBackend(text_chunks(b"he", b"llo", reason="length"))
-    response = await call(backend, make_repo(tmp_path), "POST", "/v1/chat/completions", json=chat(stream=True, max_tokens=2))
+    response = await call(
+        backend, make_repo(tmp_path), "POST", "/v1/chat/completions", json=chat(stream=True, max_tokens=2)
+    )
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/event-stream")
     events = sse_events(response.text)
@@ -71,17 +73,26 @@ async def test_stream_frames_role_content_finish_done(tmp_path: Path) -> None:
 async def test_include_usage_adds_one_last_chunk_and_nulls_elsewhere(tmp_path: Path) -> None:
     backend = ScriptedBackend(text_chunks(b"a", b"b", prompt_tokens=7))
     response = await call(
-        backend, make_repo(tmp_path), "POST", "/v1/chat/completions",
+        backend,
+        make_repo(tmp_path),
+        "POST",
+        "/v1/chat/completions",
         json=chat(stream=True, stream_options={"include_usage": True}),
     )
     chunks = [json.loads(e) for e in sse_events(response.text)[:-1]]
-    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == {"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9}
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == {
+        "prompt_tokens": 7,
+        "completion_tokens": 2,
+        "total_tokens": 9,
+    }
     assert all(c["usage"] is None for c in chunks[:-1])
 
 
 async def test_stop_string_ends_stream_and_closes_backend_early(tmp_path: Path) -> None:
     backend = ScriptedBackend(text_chunks(b"ab", b"cE", b"ND", b"more", b"more", reason="length"), delay=0.05)
-    response = await call(backend, make_repo(tmp_path), "POST", "/v1/chat/completions", json=chat(stream=True, stop="END"))
+    response = await call(
+        backend, make_repo(tmp_path), "POST", "/v1/chat/completions", json=chat(stream=True, stop="END")
+    )
     chunks = [json.loads(e) for e in sse_events(response.text)[:-1]]
     assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == "abc"
     assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
@@ -100,7 +111,9 @@ async def test_error_mid_stream_is_one_error_event_then_end(tmp_path: Path) -> N
     backend = ScriptedBackend([*text_chunks(b"a", b"b")[:1], InvalidRequestError("boom")])
     response = await call(backend, make_repo(tmp_path), "POST", "/v1/chat/completions", json=chat(stream=True))
     events = sse_events(response.text)
-    assert json.loads(events[-1]) == {"error": {"message": "boom", "type": "invalid_request_error", "param": None, "code": None}}
+    assert json.loads(events[-1]) == {
+        "error": {"message": "boom", "type": "invalid_request_error", "param": None, "code": None}
+    }
     assert "[DONE]" not in events
 
 
@@ -136,14 +149,25 @@ async def test_invalid_fields_are_400_naming_the_param(tmp_path: Path, payload: 
 
 async def test_unknown_fields_are_ignored_not_422(tmp_path: Path) -> None:
     backend = ScriptedBackend(text_chunks(b"ok"))
-    response = await call(backend, make_repo(tmp_path), "POST", "/v1/chat/completions",
-                          json=chat(store=True, metadata={"a": "b"}, some_future_field=[1, 2]))
+    response = await call(
+        backend,
+        make_repo(tmp_path),
+        "POST",
+        "/v1/chat/completions",
+        json=chat(store=True, metadata={"a": "b"}, some_future_field=[1, 2]),
+    )
     assert response.status_code == 200
 
 
 async def test_malformed_json_is_400(tmp_path: Path) -> None:
-    response = await call(ScriptedBackend(), make_repo(tmp_path), "POST", "/v1/chat/completions",
-                          content=b"{not json", headers={"content-type": "application/json"})
+    response = await call(
+        ScriptedBackend(),
+        make_repo(tmp_path),
+        "POST",
+        "/v1/chat/completions",
+        content=b"{not json",
+        headers={"content-type": "application/json"},
+    )
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "invalid_json"
 
@@ -164,21 +188,33 @@ async def test_models_list_adapters_with_parent(tmp_path: Path) -> None:
 async def test_adapter_model_id_sends_lora_name(tmp_path: Path) -> None:
     backend = ScriptedBackend(text_chunks(b"ok"))
     await call(backend, make_repo(tmp_path, adapters=("x",)), "POST", "/v1/chat/completions", json=chat(model="m:x"))
-    await call(backend, make_repo(tmp_path / "b", adapters=("x",)), "POST", "/v1/chat/completions", json=chat(model="x"))
+    await call(
+        backend, make_repo(tmp_path / "b", adapters=("x",)), "POST", "/v1/chat/completions", json=chat(model="x")
+    )
     assert [r.sampling.get("lora_name") for r in backend.requests] == ["x", "x"]
     assert all(r.model == "m" for r in backend.requests)
 
 
 async def test_unknown_adapter_is_404_model_not_found(tmp_path: Path) -> None:
-    response = await call(ScriptedBackend(), make_repo(tmp_path, adapters=("x",)), "POST", "/v1/chat/completions",
-                          json=chat(model="m:zzz"))
+    response = await call(
+        ScriptedBackend(),
+        make_repo(tmp_path, adapters=("x",)),
+        "POST",
+        "/v1/chat/completions",
+        json=chat(model="m:zzz"),
+    )
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "model_not_found"
 
 
 async def test_prompt_over_context_is_400_context_length_exceeded(tmp_path: Path) -> None:
-    response = await call(ScriptedBackend(), make_repo(tmp_path), "POST", "/v1/chat/completions",
-                          json=chat(messages=[{"role": "user", "content": "word " * 200}]))
+    response = await call(
+        ScriptedBackend(),
+        make_repo(tmp_path),
+        "POST",
+        "/v1/chat/completions",
+        json=chat(messages=[{"role": "user", "content": "word " * 200}]),
+    )
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "context_length_exceeded"
 
@@ -192,8 +228,9 @@ async def test_default_max_tokens_is_the_room_left_in_context(tmp_path: Path) ->
 
 async def test_request_id_is_echoed_and_sent_to_backend(tmp_path: Path) -> None:
     backend = ScriptedBackend(text_chunks(b"ok"))
-    response = await call(backend, make_repo(tmp_path), "POST", "/v1/chat/completions", json=chat(),
-                          headers={"X-Request-Id": "abc-123"})
+    response = await call(
+        backend, make_repo(tmp_path), "POST", "/v1/chat/completions", json=chat(), headers={"X-Request-Id": "abc-123"}
+    )
     assert response.headers["x-request-id"] == "abc-123"
     assert backend.requests[0].request_id == "abc-123"
 
@@ -205,8 +242,11 @@ async def test_readiness_reflects_backend(tmp_path: Path) -> None:
 
 
 async def test_per_model_limits_override_the_global_ones(tmp_path: Path) -> None:
-    settings = Settings(model_repository=[make_repo(tmp_path)], max_tokens_limit=50,
-                        model_limits={"m": {"max_tokens_limit": 4, "max_concurrent_requests": 1, "max_queue_size": 0}})
+    settings = Settings(
+        model_repository=[make_repo(tmp_path)],
+        max_tokens_limit=50,
+        model_limits={"m": {"max_tokens_limit": 4, "max_concurrent_requests": 1, "max_queue_size": 0}},
+    )
     backend = ScriptedBackend(text_chunks(b"ok"), delay=0.3)
     app = create_app(settings, backend=backend)
     async with app.router.lifespan_context(app):

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.assemble import GenerationAssembler, find_stop, partial_stop_length
 from gateway.backend.types import GenerationChunk
+from gateway.core.assemble import GenerationAssembler, find_stop, partial_stop_length
 from gateway.errors import BackendError
 
 
@@ -24,10 +24,12 @@ def reference_cut(text: str, stops: list[str], include: bool) -> tuple[str, bool
 
 def split_bytes(data: bytes, cuts: list[int]) -> list[bytes]:
     points = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
-    return [data[a:b] for a, b in zip(points, points[1:])] or [b""]
+    return [data[a:b] for a, b in zip(points, points[1:], strict=False)] or [b""]
 
 
-def run(pieces: list[bytes], stops: list[str], include: bool, backend_reason: str = "length") -> tuple[str, str | None, int]:
+def run(
+    pieces: list[bytes], stops: list[str], include: bool, backend_reason: str = "length"
+) -> tuple[str, str | None, int]:
     assembler = GenerationAssembler(1, stops=stops, include_stop=include, max_tokens=None)
     out = []
     for position, piece in enumerate(pieces):
@@ -53,7 +55,9 @@ stop_lists = st.lists(st.text(alphabet=alphabet, min_size=1, max_size=4), max_si
 
 @settings(max_examples=400, deadline=None)
 @given(text=texts, stops=stop_lists, cuts=st.lists(st.integers(0, 200), max_size=12), include=st.booleans())
-def test_stream_equals_reference_cut_for_any_chunking(text: str, stops: list[str], cuts: list[int], include: bool) -> None:
+def test_stream_equals_reference_cut_for_any_chunking(
+    text: str, stops: list[str], cuts: list[int], include: bool
+) -> None:
     pieces = split_bytes(text.encode("utf-8"), cuts)
     streamed, reason, _ = run(pieces, stops, include)
     expected, stopped = reference_cut(text, stops, include)
@@ -100,7 +104,9 @@ def test_n_choices_finish_independently() -> None:
     assembler = GenerationAssembler(2, stops=["!"])
     events = assembler.feed(GenerationChunk(text=(b"a!", b"b"), finish_reason=(None, None), num_output_tokens=(1, 1)))
     assert [(e.index, e.text, e.finish_reason) for e in events] == [(0, "a", "stop"), (1, "b", None)]
-    events = assembler.feed(GenerationChunk(text=(b"zz", b"c"), finish_reason=("length", "length"), num_output_tokens=(1, 1), final=True))
+    events = assembler.feed(
+        GenerationChunk(text=(b"zz", b"c"), finish_reason=("length", "length"), num_output_tokens=(1, 1), final=True)
+    )
     assert [(e.index, e.text, e.finish_reason) for e in events] == [(1, "c", "length")]
     assert assembler.done
 
@@ -127,18 +133,25 @@ def test_partial_stop_length_is_longest_suffix_prefix() -> None:
 
 
 def test_coalesce_joins_text_of_a_choice_and_keeps_finish_last() -> None:
-    from gateway.assemble import ChoiceEvent, coalesce
+    from gateway.core.assemble import ChoiceEvent, coalesce
 
-    events = [ChoiceEvent(0, "a", None, None), ChoiceEvent(1, "x", None, None), ChoiceEvent(0, "b", "stop", None),
-              ChoiceEvent(0, "c", None, None)]
-    assert coalesce(events) == [ChoiceEvent(0, "ab", "stop", None), ChoiceEvent(1, "x", None, None),
-                                ChoiceEvent(0, "c", None, None)]
+    events = [
+        ChoiceEvent(0, "a", None, None),
+        ChoiceEvent(1, "x", None, None),
+        ChoiceEvent(0, "b", "stop", None),
+        ChoiceEvent(0, "c", None, None),
+    ]
+    assert coalesce(events) == [
+        ChoiceEvent(0, "ab", "stop", None),
+        ChoiceEvent(1, "x", None, None),
+        ChoiceEvent(0, "c", None, None),
+    ]
     with_logprobs = [ChoiceEvent(0, "a", None, {"content": [1]}), ChoiceEvent(0, "b", None, {"content": [2]})]
     assert coalesce(with_logprobs) == with_logprobs
 
 
 def test_legacy_logprob_offsets_continue_across_chunks_and_after_echo() -> None:
-    from gateway.assemble import RequestAssembler
+    from gateway.core.assemble import RequestAssembler
 
     def entry(token: str) -> dict[str, dict[str, object]]:
         return {"1": {"logprob": -1.0, "rank": 1, "decoded_token": token}}

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from gateway.backend.types import BackendModel
-from gateway.catalog import ModelCatalog, read_local_model_files
 from gateway.errors import BackendUnavailableError
+from gateway.models.catalog import ModelCatalog
+from gateway.models.files import read_local_model_files
 
 pytestmark = pytest.mark.anyio
 WEIGHTS = Path(__file__).resolve().parents[2] / "triton_models" / "weights" / "tiny-llm"

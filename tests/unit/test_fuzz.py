@@ -70,10 +70,37 @@ json_values = st.recursive(
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4),
     max_leaves=12,
 )
-FIELDS = ["model", "messages", "prompt", "temperature", "top_p", "n", "stream", "stream_options", "stop",
-          "max_tokens", "max_completion_tokens", "presence_penalty", "frequency_penalty", "logit_bias", "logprobs",
-          "top_logprobs", "seed", "response_format", "tools", "top_k", "min_p", "repetition_penalty", "min_tokens",
-          "ignore_eos", "stop_token_ids", "include_stop_str_in_output", "chat_template_kwargs", "echo", "suffix"]
+FIELDS = [
+    "model",
+    "messages",
+    "prompt",
+    "temperature",
+    "top_p",
+    "n",
+    "stream",
+    "stream_options",
+    "stop",
+    "max_tokens",
+    "max_completion_tokens",
+    "presence_penalty",
+    "frequency_penalty",
+    "logit_bias",
+    "logprobs",
+    "top_logprobs",
+    "seed",
+    "response_format",
+    "tools",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "min_tokens",
+    "ignore_eos",
+    "stop_token_ids",
+    "include_stop_str_in_output",
+    "chat_template_kwargs",
+    "echo",
+    "suffix",
+]
 
 
 @st.composite
@@ -98,9 +125,12 @@ def test_mutated_requests_never_5xx(request: tuple[str, dict[str, Any]]) -> None
 
 
 @settings(max_examples=examples(100), deadline=None, suppress_health_check=list(HealthCheck))
-@given(raw=st.binary(max_size=300) | json_values.map(lambda v: json.dumps(v).encode()),
-       content_type=st.sampled_from(["application/json", "text/plain", ""]))
+@given(
+    raw=st.binary(max_size=300) | json_values.map(lambda v: json.dumps(v).encode()),
+    content_type=st.sampled_from(["application/json", "text/plain", ""]),
+)
 def test_arbitrary_bodies_never_5xx(raw: bytes, content_type: str) -> None:
-    response = client.post("/v1/chat/completions", content=raw,
-                           headers={"content-type": content_type} if content_type else {})
+    response = client.post(
+        "/v1/chat/completions", content=raw, headers={"content-type": content_type} if content_type else {}
+    )
     assert_openai_shaped(response.status_code, response.content)

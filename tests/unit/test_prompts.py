@@ -9,7 +9,7 @@ import pytest
 import transformers
 
 from gateway.errors import InvalidRequestError
-from gateway.translate.prompts import ChatTemplate
+from gateway.models.templates import ChatTemplate
 
 WEIGHTS = Path(__file__).resolve().parents[2] / "triton_models" / "weights" / "tiny-llm"
 

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from gateway.streams import merge
+from gateway.core.streams import merge
 
 pytestmark = pytest.mark.anyio
 

@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from gateway.backend.trtllm import build_trtllm_request, is_trtllm
+from gateway.backend.contracts.trtllm import build_trtllm_request, is_trtllm
 from gateway.backend.types import GenerationRequest
 from gateway.errors import InvalidRequestError
 
@@ -16,7 +16,7 @@ OLD_ENSEMBLE = frozenset({"text_input", "max_tokens", "stream", "random_seed", "
 def tensors(sampling: dict[str, object], inputs: frozenset[str]) -> dict[str, tuple[str, list[int], bytes]]:
     request = GenerationRequest(request_id="r", model="m", prompt="p", sampling=sampling, inputs=inputs)
     infer = build_trtllm_request(request, inputs)
-    return {t.name: (t.datatype, list(t.shape), raw) for t, raw in zip(infer.inputs, infer.raw_input_contents)}
+    return {t.name: (t.datatype, list(t.shape), raw) for t, raw in zip(infer.inputs, infer.raw_input_contents, strict=False)}
 
 
 def test_older_tensor_names_are_used_when_that_is_what_the_model_declares() -> None:
@@ -33,8 +33,15 @@ def test_stop_words_are_one_list_tensor() -> None:
     assert sent["stop_words"] == ("BYTES", [1, 2], b"\x01\x00\x00\x00a\x02\x00\x00\x00bc")
 
 
-@pytest.mark.parametrize(("key", "param"), [("temperature", "temperature"), ("structured_outputs", "response_format"),
-                                             ("lora_name", "model"), ("logprobs", "logprobs")])
+@pytest.mark.parametrize(
+    ("key", "param"),
+    [
+        ("temperature", "temperature"),
+        ("structured_outputs", "response_format"),
+        ("lora_name", "model"),
+        ("logprobs", "logprobs"),
+    ],
+)
 def test_a_field_the_model_cannot_take_is_refused_by_name(key: str, param: str) -> None:
     with pytest.raises(InvalidRequestError) as info:
         tensors({"max_tokens": 4, key: "x" if key != "temperature" else 0.5}, OLD_ENSEMBLE)

@@ -30,8 +30,11 @@ from .conftest import MODEL_VERSION_DIR
 DELTAS = [
     SequenceDelta(text=b"\xe2\x82", num_tokens=1, logprobs=None, cumulative_logprob=-1.5, finish_reason=None),
     SequenceDelta(
-        text=b"", num_tokens=0, logprobs=[{"7": {"logprob": -0.1, "rank": 1, "decoded_token": "x"}}],
-        cumulative_logprob=-2.0, finish_reason="stop",
+        text=b"",
+        num_tokens=0,
+        logprobs=[{"7": {"logprob": -0.1, "rank": 1, "decoded_token": "x"}}],
+        cumulative_logprob=-2.0,
+        finish_reason="stop",
     ),
 ]
 
@@ -106,8 +109,20 @@ def test_config_pbtxt_declares_the_contract() -> None:
     assert 'backend: "python"' in text and "max_batch_size: 0" in text and "decoupled: true" in text
     names = re.findall(r'name: "(\w+)"', text)
     assert names == [
-        "text_input", "stream", "sampling_parameters", "exclude_input_in_output", "return_finish_reason",
-        "return_num_input_tokens", "return_num_output_tokens", "return_logprobs", "return_cumulative_logprob",
-        TEXT_OUTPUT, FINISH_REASON, NUM_INPUT_TOKENS, NUM_OUTPUT_TOKENS, LOGPROBS, CUMULATIVE_LOGPROB,
+        "text_input",
+        "stream",
+        "sampling_parameters",
+        "exclude_input_in_output",
+        "return_finish_reason",
+        "return_num_input_tokens",
+        "return_num_output_tokens",
+        "return_logprobs",
+        "return_cumulative_logprob",
+        TEXT_OUTPUT,
+        FINISH_REASON,
+        NUM_INPUT_TOKENS,
+        NUM_OUTPUT_TOKENS,
+        LOGPROBS,
+        CUMULATIVE_LOGPROB,
     ]
     assert text.count("optional: true") == 8

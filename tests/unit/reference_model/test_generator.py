@@ -85,9 +85,7 @@ def test_stop_token_ids_and_include_stop_str(engine: TinyLlmEngine) -> None:
 def test_stop_string_truncates_and_finishes_with_stop(engine: TinyLlmEngine) -> None:
     text = merged(run(engine, SamplingParams(seed=11, max_tokens=30)))[0].text
     # A 2-byte ASCII window after the first byte, not occurring earlier: a stop string we can predict.
-    cut = next(
-        i for i in range(1, len(text) - 1) if text[i : i + 2].isascii() and text.find(text[i : i + 2]) == i
-    )
+    cut = next(i for i in range(1, len(text) - 1) if text[i : i + 2].isascii() and text.find(text[i : i + 2]) == i)
     stop = text[cut : cut + 2].decode()
     result = merged(run(engine, SamplingParams(seed=11, max_tokens=30, stop=(stop,))))[0]
     assert result.finish_reason == FINISH_STOP

@@ -102,9 +102,7 @@ def wait(*sinks: FakeSink) -> None:
         assert sink.done.wait(30), "no final response"
 
 
-def test_stream_sends_one_response_per_token_and_final_on_the_last(
-    scheduler: Scheduler, metrics: FakeMetrics
-) -> None:
+def test_stream_sends_one_response_per_token_and_final_on_the_last(scheduler: Scheduler, metrics: FakeMetrics) -> None:
     sink = submit(scheduler, request(max_tokens=6, seed=1))
     wait(sink)
     assert [final for _, final in sink.responses] == [False] * 5 + [True]

@@ -47,9 +47,7 @@ def _params(raw: bytes | None) -> tuple[int, int]:
     return max_tokens, n
 
 
-def _outputs(
-    text: bytes, n: int, tokens: int, final: bool, prompt_tokens: int, flags: dict[str, bool]
-) -> list[Any]:
+def _outputs(text: bytes, n: int, tokens: int, final: bool, prompt_tokens: int, flags: dict[str, bool]) -> list[Any]:
     tensors = [pb_utils.Tensor("text_output", np.array([text] * n, dtype=np.object_))]
     if flags["return_finish_reason"]:
         reason = "length" if final else "None"

@@ -20,7 +20,6 @@ if str(_HERE) not in sys.path:
     sys.path.insert(0, str(_HERE))
 
 import triton_python_backend_utils as pb_utils  # noqa: E402
-
 from replay import RETURN_FLAGS, ScriptError, Step, parse_script, plan  # noqa: E402
 
 BOOL_INPUTS = ("stream", "exclude_input_in_output", *RETURN_FLAGS)

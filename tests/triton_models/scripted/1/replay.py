@@ -20,9 +20,7 @@ import numpy as np
 _RESPONSE_KEYS = frozenset(
     {"text", "utf8", "finish_reason", "num_output_tokens", "logprobs", "cumulative_logprob", "delay"}
 )
-_SCRIPT_KEYS = frozenset(
-    {"responses", "num_input_tokens", "error", "hang", "echo_inputs", "replay_when_not_streaming"}
-)
+_SCRIPT_KEYS = frozenset({"responses", "num_input_tokens", "error", "hang", "echo_inputs", "replay_when_not_streaming"})
 RETURN_FLAGS = (
     "return_finish_reason",
     "return_num_input_tokens",
@@ -126,7 +124,7 @@ def parse_script(text_input: bytes) -> Script:
     responses = [_parse_response(r, i, i == len(raw_responses) - 1) for i, r in enumerate(raw_responses)]
     error = data.get("error")
     if error is not None and (not isinstance(error, dict) or not isinstance(error.get("message"), str)):
-        raise ScriptError("scripted: 'error' must be {\"message\": str, \"after\": int}")
+        raise ScriptError('scripted: \'error\' must be {"message": str, "after": int}')
     if not responses and error is None and not data.get("echo_inputs"):
         raise ScriptError("scripted: a script needs 'responses', 'error' or 'echo_inputs'")
     return Script(
@@ -158,9 +156,7 @@ def merge(responses: list[ScriptedResponse]) -> ScriptedResponse:
     )
 
 
-def build_outputs(
-    response: ScriptedResponse, flags: dict[str, bool], num_input_tokens: int
-) -> dict[str, np.ndarray]:
+def build_outputs(response: ScriptedResponse, flags: dict[str, bool], num_input_tokens: int) -> dict[str, np.ndarray]:
     outputs = {"text_output": np.array(response.text, dtype=np.object_)}
     if flags.get("return_finish_reason"):
         outputs["finish_reason"] = np.array(response.finish_reason, dtype=np.object_)
@@ -202,9 +198,7 @@ def plan(script: Script, stream: bool, flags: dict[str, bool], inputs: dict[str,
             error_delay, to_send = sum(r.delay for r in to_send), []
         else:
             to_send = [merge(to_send)]
-    steps = [
-        Step(r.delay, build_outputs(r, flags, script.num_input_tokens), None, False) for r in to_send
-    ]
+    steps = [Step(r.delay, build_outputs(r, flags, script.num_input_tokens), None, False) for r in to_send]
     if script.error_message is not None:
         steps.append(Step(error_delay, None, script.error_message, True))
     elif steps:

@@ -33,9 +33,23 @@ def _send(sender, text: str, final: bool) -> None:  # type: ignore[no-untyped-de
     sender.send(pb_utils.InferenceResponse([out]), flags=FINAL if final else 0)
 
 
-NAMES = ("text_input", "max_tokens", "stream", "temperature", "top_p", "top_k", "frequency_penalty",
-         "presence_penalty", "repetition_penalty", "min_length", "seed", "beam_width", "stop_words",
-         "bad_words", "exclude_input_in_output")
+NAMES = (
+    "text_input",
+    "max_tokens",
+    "stream",
+    "temperature",
+    "top_p",
+    "top_k",
+    "frequency_penalty",
+    "presence_penalty",
+    "repetition_penalty",
+    "min_length",
+    "seed",
+    "beam_width",
+    "stop_words",
+    "bad_words",
+    "exclude_input_in_output",
+)
 
 
 class TritonPythonModel:

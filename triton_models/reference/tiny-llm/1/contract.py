@@ -10,7 +10,6 @@ import json
 from dataclasses import dataclass
 
 import numpy as np
-
 from generator import SequenceDelta
 
 TEXT_INPUT = "text_input"

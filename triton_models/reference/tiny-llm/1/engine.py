@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-
 from model_config import ModelConfig
 from token_bytes import build_token_bytes
 

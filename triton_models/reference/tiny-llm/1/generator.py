@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-
 from engine import TinyLlmEngine
 from sampler import apply_logit_bias, apply_penalties, ban_tokens, choose_token, logprob_entry
 from sampling_params import SamplingParams
@@ -88,9 +87,7 @@ class Generation:
         self.max_tokens = room if params.max_tokens is None else min(params.max_tokens, room)
         self._prompt_mask = torch.zeros(engine.vocab_size, dtype=torch.bool)
         self._prompt_mask[torch.tensor(prompt_ids, dtype=torch.long)] = True
-        self._stop_ids = frozenset(params.stop_token_ids) | (
-            frozenset() if params.ignore_eos else engine.eos_token_ids
-        )
+        self._stop_ids = frozenset(params.stop_token_ids) | (frozenset() if params.ignore_eos else engine.eos_token_ids)
         self.sequences = [self._new_sequence(index) for index in range(params.n)]
 
     def _new_sequence(self, index: int) -> _Sequence:
@@ -134,9 +131,7 @@ class Generation:
         sequence.new_tokens += 1
         sequence.cumulative_logprob += float(raw_logprobs[token])
         if params.logprobs is not None:
-            sequence.new_logprobs.append(
-                logprob_entry(raw_logprobs, token, params.logprobs, self._engine.decode_token)
-            )
+            sequence.new_logprobs.append(logprob_entry(raw_logprobs, token, params.logprobs, self._engine.decode_token))
         stop_token = token in self._stop_ids and not before_min_tokens
         if stop_token:
             sequence.finish_reason = FINISH_STOP

@@ -23,7 +23,6 @@ if str(_HERE) not in sys.path:
     sys.path.insert(0, str(_HERE))
 
 import triton_python_backend_utils as pb_utils  # noqa: E402
-
 from contract import BOOL_INPUTS, SAMPLING_PARAMETERS, TEXT_INPUT, RawRequest  # noqa: E402
 from engine import TinyLlmEngine  # noqa: E402
 from model_config import load_model_config  # noqa: E402

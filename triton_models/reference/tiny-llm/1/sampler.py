@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 import torch
-
 from sampling_params import SamplingParams
 
 
@@ -36,9 +35,7 @@ def apply_penalties(
     """vLLM's penalties in place: repetition over prompt+output tokens, presence/frequency over output."""
     if params.repetition_penalty != 1.0:
         seen = prompt_mask | (output_counts > 0)
-        penalized = torch.where(
-            logits > 0, logits / params.repetition_penalty, logits * params.repetition_penalty
-        )
+        penalized = torch.where(logits > 0, logits / params.repetition_penalty, logits * params.repetition_penalty)
         logits.copy_(torch.where(seen, penalized, logits))
     if params.frequency_penalty:
         logits -= params.frequency_penalty * output_counts

@@ -136,9 +136,7 @@ def _parse_fields(data: dict[str, Any], limits: SamplingLimits) -> dict[str, Any
         if key in _STRUCTURED_KEYS:
             raise SamplingParamsError(STRUCTURED_OUTPUTS_MESSAGE)
         if key not in _PARSERS:
-            raise SamplingParamsError(
-                f"sampling_parameters: unknown key '{key}'; tiny-llm supports {sorted(_PARSERS)}"
-            )
+            raise SamplingParamsError(f"sampling_parameters: unknown key '{key}'; tiny-llm supports {sorted(_PARSERS)}")
         if value is None:
             continue
         parsed[key] = _PARSERS[key](key, value, limits)
@@ -164,9 +162,7 @@ def _check_ranges(params: SamplingParams, limits: SamplingLimits) -> None:
         )
     _check("repetition_penalty", params.repetition_penalty > 0, "must be > 0", params.repetition_penalty)
     _check("presence_penalty", -2 <= params.presence_penalty <= 2, "must be in [-2, 2]", params.presence_penalty)
-    _check(
-        "frequency_penalty", -2 <= params.frequency_penalty <= 2, "must be in [-2, 2]", params.frequency_penalty
-    )
+    _check("frequency_penalty", -2 <= params.frequency_penalty <= 2, "must be in [-2, 2]", params.frequency_penalty)
     if params.logprobs is not None:
         _check(
             "logprobs",

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
-
 from contract import OutputOptions, RawRequest, RequestError, build_outputs
 from engine import TinyLlmEngine
 from generator import Generation, PromptTooLongError, SequenceDelta, merge_deltas

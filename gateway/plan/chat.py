@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.errors import InvalidRequestError
-from gateway.schemas import ChatCompletionRequest, ChatMessage, TextContentPart
-from gateway.translate.models import ResolvedModel
+from gateway.models.resolve import ResolvedModel
+from gateway.openai.schemas import ChatCompletionRequest, ChatMessage, TextContentPart
 
 
 def message_text(message: ChatMessage, index: int) -> str | None:

@@ -15,11 +15,12 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.admission import Admission, Ticket
-from gateway.assemble import ChoiceEvent, RequestAssembler, Usage, coalesce
 from gateway.backend.types import Backend, GenerationChunk, GenerationRequest
-from gateway.catalog import ModelCatalog, ServedModel
 from gateway.config import Settings
+from gateway.core.admission import Admission, Ticket
+from gateway.core.assemble import ChoiceEvent, RequestAssembler, Usage, coalesce
+from gateway.core.logprobs import merge_completion_logprobs
+from gateway.core.streams import Positioned, merge
 from gateway.errors import (
     BackendTimeoutError,
     GatewayError,
@@ -28,15 +29,27 @@ from gateway.errors import (
 )
 from gateway.logs import log_request
 from gateway.metrics import Metrics, RequestRecord
-from gateway.logprobs import merge_completion_logprobs
-from gateway.responses import DONE_FRAME, ChunkEncoder, completion_object, error_frame
-from gateway.schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
-from gateway.streams import Positioned, merge
-from gateway.translate.chat import chat_max_tokens, render_chat_prompt
-from gateway.translate.completions import check_completion_options, completion_prompts
-from gateway.translate.limits import check_chat_limits, check_prompt_limits, check_sampling_limits
-from gateway.translate.models import ResolvedModel, resolve_model
-from gateway.translate.sampling import resolve_max_tokens, stop_list, to_generation_request
+from gateway.models.catalog import ModelCatalog, ServedModel
+from gateway.models.resolve import ResolvedModel, resolve_model
+from gateway.openai.encode import (
+    DONE_FRAME,
+    ChunkEncoder,
+    completion_object,
+    error_frame,
+)
+from gateway.openai.schemas import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    SamplingFields,
+)
+from gateway.plan.chat import chat_max_tokens, render_chat_prompt
+from gateway.plan.completions import check_completion_options, completion_prompts
+from gateway.plan.limits import (
+    check_chat_limits,
+    check_prompt_limits,
+    check_sampling_limits,
+)
+from gateway.plan.sampling import resolve_max_tokens, stop_list, to_generation_request
 
 logger = logging.getLogger(__name__)
 
@@ -184,11 +197,17 @@ class CompletionService:
         max_tokens, prompt_tokens = self._budget(chat_max_tokens(body), resolved, prompt)
         logprobs = (body.top_logprobs or 0) if body.logprobs else None
         generation = to_generation_request(
-            body, resolved, request_id=context.request_id, prompt=prompt, max_tokens=max_tokens,
-            logprobs=logprobs, deadline=context.deadline,
+            body,
+            resolved,
+            request_id=context.request_id,
+            prompt=prompt,
+            max_tokens=max_tokens,
+            logprobs=logprobs,
+            deadline=context.deadline,
         )
-        return self._prepared(body, context, resolved, [generation], [max_tokens], logprobs=logprobs,
-                              prompt_tokens=(prompt_tokens,))
+        return self._prepared(
+            body, context, resolved, [generation], [max_tokens], logprobs=logprobs, prompt_tokens=(prompt_tokens,)
+        )
 
     async def prepare_completion(self, body: CompletionRequest, context: RequestContext) -> PreparedGeneration:
         check_sampling_limits(body, max_n=self.settings.max_n)
@@ -203,13 +222,19 @@ class CompletionService:
             request_id = context.request_id if len(prompts) == 1 else f"{context.request_id}-{position}"
             requests.append(
                 to_generation_request(
-                    body, resolved, prompt=prompt, max_tokens=max_tokens, logprobs=body.logprobs,
-                    deadline=context.deadline, request_id=request_id,
+                    body,
+                    resolved,
+                    prompt=prompt,
+                    max_tokens=max_tokens,
+                    logprobs=body.logprobs,
+                    deadline=context.deadline,
+                    request_id=request_id,
                 )
             )
         echo = tuple(prompts) if body.echo else None
-        return self._prepared(body, context, resolved, requests, budgets, logprobs=body.logprobs, echo=echo,
-                              prompt_tokens=tuple(counts))
+        return self._prepared(
+            body, context, resolved, requests, budgets, logprobs=body.logprobs, echo=echo, prompt_tokens=tuple(counts)
+        )
 
     # -- admit ------------------------------------------------------------------------------------
 
@@ -220,8 +245,9 @@ class CompletionService:
 
     def _refuse_if_draining(self) -> None:
         if self.draining:
-            raise ShuttingDownError("The gateway is shutting down; retry on another replica.",
-                                    headers={"Retry-After": "1"})
+            raise ShuttingDownError(
+                "The gateway is shutting down; retry on another replica.", headers={"Retry-After": "1"}
+            )
 
     async def admit(self, prepared: PreparedGeneration) -> Ticket:
         """Wait for a slot on the model (429 when the queue is full or the wait times out)."""
@@ -252,8 +278,14 @@ class CompletionService:
             continuous_usage=prepared.continuous_usage,
         )
 
-    def _finish(self, prepared: PreparedGeneration, run: RequestAssembler | None, status: int, cancel_reason: str | None,
-                error: GatewayError | None = None) -> None:
+    def _finish(
+        self,
+        prepared: PreparedGeneration,
+        run: RequestAssembler | None,
+        status: int,
+        cancel_reason: str | None,
+        error: GatewayError | None = None,
+    ) -> None:
         record = prepared.record
         if record is None:
             return

@@ -6,7 +6,7 @@ from fastapi import APIRouter
 from starlette.requests import Request
 
 from gateway.errors import BackendUnavailableError, GatewayError, ShuttingDownError
-from gateway.routes.common import JSONBytesResponse, service_of
+from gateway.http.routes.common import JSONBytesResponse, service_of
 
 router = APIRouter()
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from gateway.assemble import ChoiceEvent, Usage
+from gateway.core.assemble import ChoiceEvent, Usage
 
 _NULL = b"null"
 
@@ -54,8 +54,20 @@ class ChunkEncoder:
         lp = _NULL if logprobs is None else orjson.dumps(logprobs)
         index_bytes = str(index + self.index_offset).encode()
         if self._chat:
-            return b'{"index":' + index_bytes + b',"delta":' + delta + b',"logprobs":' + lp + b',"finish_reason":' + fr + b"}"
-        return b'{"index":' + index_bytes + b',"text":' + delta + b',"logprobs":' + lp + b',"finish_reason":' + fr + b"}"
+            return (
+                b'{"index":'
+                + index_bytes
+                + b',"delta":'
+                + delta
+                + b',"logprobs":'
+                + lp
+                + b',"finish_reason":'
+                + fr
+                + b"}"
+            )
+        return (
+            b'{"index":' + index_bytes + b',"text":' + delta + b',"logprobs":' + lp + b',"finish_reason":' + fr + b"}"
+        )
 
     def role_chunks(self, n: int, usage: Usage | None = None) -> bytes:
         """The first chunk of each chat choice: ``delta.role = "assistant"``."""

@@ -7,10 +7,10 @@ from typing import Any
 from fastapi import APIRouter
 from starlette.requests import Request
 
-from gateway.catalog import ServedModel
 from gateway.errors import ModelNotFoundError
-from gateway.routes.common import JSONBytesResponse, service_of
-from gateway.translate.models import list_model_ids
+from gateway.http.routes.common import JSONBytesResponse, service_of
+from gateway.models.catalog import ServedModel
+from gateway.models.resolve import list_model_ids
 
 router = APIRouter()
 

@@ -4,7 +4,7 @@ than OpenAI's schema. Pure: the caller passes the configured values."""
 from __future__ import annotations
 
 from gateway.errors import InvalidRequestError
-from gateway.schemas import ChatCompletionRequest, SamplingFields
+from gateway.openai.schemas import ChatCompletionRequest, SamplingFields
 
 
 def check_sampling_limits(body: SamplingFields, *, max_n: int) -> None:
@@ -24,7 +24,9 @@ def check_chat_limits(body: ChatCompletionRequest, *, max_n: int, max_messages: 
         raise InvalidRequestError("top_logprobs requires logprobs to be true", param="top_logprobs")
 
 
-def check_prompt_limits(prompt: str, requested: int | None, *, max_prompt_chars: int, max_tokens_cap: int | None) -> None:
+def check_prompt_limits(
+    prompt: str, requested: int | None, *, max_prompt_chars: int, max_tokens_cap: int | None
+) -> None:
     if len(prompt) > max_prompt_chars:
         raise InvalidRequestError(
             f"The prompt is {len(prompt)} characters; the limit is {max_prompt_chars}.", code="prompt_too_long"

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from gateway.backend.types import GenerationChunk
+from gateway.core.logprobs import chat_logprobs, completion_logprobs
 from gateway.errors import BackendError
-from gateway.logprobs import chat_logprobs, completion_logprobs
 
 
 class ChoiceEvent(NamedTuple):
@@ -165,9 +165,7 @@ class GenerationAssembler:
         if chunk.num_input_tokens is not None:
             self.prompt_tokens = chunk.num_input_tokens
         if len(chunk.text) > len(self.choices):
-            raise BackendError(
-                f"the backend returned {len(chunk.text)} sequences, {len(self.choices)} were asked for"
-            )
+            raise BackendError(f"the backend returned {len(chunk.text)} sequences, {len(self.choices)} were asked for")
         events: list[ChoiceEvent] = []
         counts = chunk.num_output_tokens
         for index, data in enumerate(chunk.text):
@@ -237,8 +235,10 @@ class RequestAssembler:
         self.n = n
         self.chat = chat
         self.top = top_logprobs
-        self.assemblers = [GenerationAssembler(n, stops=stops, include_stop=include_stop, max_tokens=m) for m in max_tokens]
-        for assembler, counted in zip(self.assemblers, prompt_tokens):
+        self.assemblers = [
+            GenerationAssembler(n, stops=stops, include_stop=include_stop, max_tokens=m) for m in max_tokens
+        ]
+        for assembler, counted in zip(self.assemblers, prompt_tokens, strict=False):
             assembler.prompt_tokens = counted or 0  # the backend's own count replaces it when sent
         # legacy logprobs' text_offset: where each choice's text stands (after an echoed prompt)
         self.offsets = [len(echo[p]) if echo else 0 for p in range(len(max_tokens)) for _ in range(n)]

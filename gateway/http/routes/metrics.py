@@ -7,7 +7,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.routes.common import service_of
+from gateway.http.routes.common import service_of
 
 router = APIRouter()
 

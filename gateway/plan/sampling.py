@@ -12,8 +12,8 @@ from typing import Any
 
 from gateway.backend.types import GenerationRequest
 from gateway.errors import ContextLengthExceededError
-from gateway.schemas import ChatCompletionRequest, SamplingFields
-from gateway.translate.models import ResolvedModel
+from gateway.models.resolve import ResolvedModel
+from gateway.openai.schemas import ChatCompletionRequest, SamplingFields
 
 # request field → SamplingParams field, copied when set (not None).
 _PASS_THROUGH = (

@@ -11,9 +11,9 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
+from gateway.core.service import CompletionService, PreparedGeneration, RequestContext
 from gateway.errors import InvalidRequestError
-from gateway.service import CompletionService, PreparedGeneration, RequestContext
-from gateway.sse import prime, sse_response
+from gateway.http.sse import prime, sse_response
 
 T = TypeVar("T")
 

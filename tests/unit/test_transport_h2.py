@@ -16,8 +16,9 @@ import h2.events
 import h2.settings
 import pytest
 
-from gateway.backend import grpc_stream
-from gateway.backend.grpc_stream import CallError, GrpcConnection, connect
+from gateway.backend.transport import base as grpc_status
+from gateway.backend.transport import h2 as grpc_stream
+from gateway.backend.transport.h2 import CallError, GrpcConnection, connect
 
 pytestmark = pytest.mark.anyio
 
@@ -94,8 +95,9 @@ class Peer(asyncio.Protocol):
 
 
 @asynccontextmanager
-async def serve(script: Callable[[Peer, int, bytes], Awaitable[None]], chop: int | None = None,
-                keepalive: float | None = None) -> AsyncIterator[tuple[GrpcConnection, list[Peer]]]:
+async def serve(
+    script: Callable[[Peer, int, bytes], Awaitable[None]], chop: int | None = None, keepalive: float | None = None
+) -> AsyncIterator[tuple[GrpcConnection, list[Peer]]]:
     peers: list[Peer] = []
 
     def factory() -> Peer:
@@ -179,8 +181,16 @@ async def test_a_non_ok_status_in_the_trailers_is_raised_after_the_messages() ->
 async def test_a_trailers_only_response_carries_the_error() -> None:
     async def script(peer: Peer, sid: int, request: bytes) -> None:
         # the message before the status: their order is not fixed
-        peer.h2.send_headers(sid, [(b":status", b"200"), (b"content-type", b"application/grpc"),
-                                   (b"grpc-message", b"unknown model"), (b"grpc-status", b"5")], end_stream=True)
+        peer.h2.send_headers(
+            sid,
+            [
+                (b":status", b"200"),
+                (b"content-type", b"application/grpc"),
+                (b"grpc-message", b"unknown model"),
+                (b"grpc-status", b"5"),
+            ],
+            end_stream=True,
+        )
         peer.flush()
 
     async with serve(script) as (connection, _):
@@ -197,7 +207,7 @@ async def test_a_stream_without_status_is_an_error() -> None:
     async with serve(script) as (connection, _):
         with pytest.raises(CallError) as caught:
             await collect(await connection.open(PATH, b"x", bytes))
-        assert caught.value.code == grpc_stream.INTERNAL
+        assert caught.value.code == grpc_status.INTERNAL
 
 
 async def test_cancelling_resets_the_stream_on_the_server() -> None:
@@ -264,10 +274,10 @@ async def test_server_reset_and_lost_connection_fail_the_calls() -> None:
     async with serve(script) as (connection, _):
         with pytest.raises(CallError) as reset:
             await collect(await connection.open(PATH, b"reset", bytes))
-        assert reset.value.code == grpc_stream.CANCELLED
+        assert reset.value.code == grpc_status.CANCELLED
         with pytest.raises(CallError) as lost:
             await collect(await connection.open(PATH, b"drop", bytes))
-        assert lost.value.code == grpc_stream.UNAVAILABLE
+        assert lost.value.code == grpc_status.UNAVAILABLE
         assert not connection.usable
         with pytest.raises(CallError):
             await connection.open(PATH, b"after", bytes)
@@ -286,7 +296,7 @@ async def test_goaway_fails_calls_the_server_never_took_and_retires_the_connecti
         second = await connection.open(PATH, b"second", bytes)
         with pytest.raises(CallError) as refused:
             await collect(second)
-        assert refused.value.code == grpc_stream.UNAVAILABLE
+        assert refused.value.code == grpc_status.UNAVAILABLE
         assert not connection.usable
         pending = asyncio.ensure_future(anext(first))
         await asyncio.sleep(0.1)
@@ -333,7 +343,7 @@ async def test_a_peer_that_stops_answering_pings_fails_the_calls() -> None:
         call = await connection.open(PATH, b"x", bytes)
         with pytest.raises(CallError) as caught:
             await asyncio.wait_for(anext(call), 5)
-        assert caught.value.code == grpc_stream.UNAVAILABLE and "keepalive" in caught.value.details
+        assert caught.value.code == grpc_status.UNAVAILABLE and "keepalive" in caught.value.details
     finally:
         connection.close()
         server.close()

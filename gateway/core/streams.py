@@ -29,7 +29,8 @@ async def merge(sources: Sequence[AsyncIterator[list[T]]]) -> AsyncIterator[Posi
             await source.aclose()  # type: ignore[attr-defined]
         return
     pending: dict[asyncio.Future[list[T]], int] = {
-        asyncio.ensure_future(anext(source)): position for position, source in enumerate(sources)  # type: ignore[arg-type]
+        asyncio.ensure_future(anext(source)): position
+        for position, source in enumerate(sources)  # type: ignore[arg-type]
     }
     try:
         while pending:

@@ -16,10 +16,9 @@ from typing import Any
 
 from tritonclient.grpc import service_pb2
 
-from gateway.backend.tensors import add_tensor, pack_bytes, split_bytes
+from gateway.backend.contracts.tensors import add_tensor, pack_bytes, split_bytes
 from gateway.backend.types import GenerationChunk, GenerationRequest
 from gateway.errors import InvalidRequestError
-
 
 # SamplingParams field → (candidate tensor names in preference order, datatype, packer)
 _SCALARS: dict[str, tuple[tuple[str, ...], str, Callable[[Any], bytes]]] = {
@@ -56,19 +55,23 @@ def build_trtllm_request(request: GenerationRequest, inputs: frozenset[str]) -> 
             continue
         if key == "n":
             if value != 1:
-                raise InvalidRequestError(f"'{request.model}' (TensorRT-LLM) generates one choice per request",
-                                          param="n")
+                raise InvalidRequestError(
+                    f"'{request.model}' (TensorRT-LLM) generates one choice per request", param="n"
+                )
             continue
         spec = _SCALARS.get(key)
         name = next((n for n in spec[0] if n in inputs), None) if spec else None
         if spec is None or name is None:
             param = _PARAM.get(key, key)
-            raise InvalidRequestError(f"'{param}' is not supported by the model '{request.model}' (TensorRT-LLM)",
-                                      param=param)
+            raise InvalidRequestError(
+                f"'{param}' is not supported by the model '{request.model}' (TensorRT-LLM)", param=param
+            )
         add_tensor(infer, name, spec[1], [1, 1], spec[2](value))
     stops = [s for s in request.sampling.get("stop") or () if s]
     if stops and "stop_words" in inputs:
-        add_tensor(infer, "stop_words", "BYTES", [1, len(stops)], b"".join(pack_bytes(s.encode("utf-8")) for s in stops))
+        add_tensor(
+            infer, "stop_words", "BYTES", [1, len(stops)], b"".join(pack_bytes(s.encode("utf-8")) for s in stops)
+        )
     return infer
 
 

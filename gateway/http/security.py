@@ -12,7 +12,12 @@ from collections.abc import Iterable
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.errors import AuthenticationError, GatewayError, PayloadTooLargeError, error_body
+from gateway.errors import (
+    AuthenticationError,
+    GatewayError,
+    PayloadTooLargeError,
+    error_body,
+)
 
 
 async def send_error(send: Send, error: GatewayError) -> None:
@@ -49,12 +54,17 @@ class ApiKeyMiddleware:
                 break
         scheme, _, token = header.partition(b" ")
         if scheme.lower() != b"bearer" or not token:
-            await send_error(send, AuthenticationError(
-                "Missing API key: send it as 'Authorization: Bearer <key>'.",
-                headers={"WWW-Authenticate": "Bearer"}))
+            await send_error(
+                send,
+                AuthenticationError(
+                    "Missing API key: send it as 'Authorization: Bearer <key>'.", headers={"WWW-Authenticate": "Bearer"}
+                ),
+            )
             return
         if not key_matches(token.strip(), self.keys):
-            await send_error(send, AuthenticationError("Incorrect API key provided.", headers={"WWW-Authenticate": "Bearer"}))
+            await send_error(
+                send, AuthenticationError("Incorrect API key provided.", headers={"WWW-Authenticate": "Bearer"})
+            )
             return
         await self.app(scope, receive, send)
 

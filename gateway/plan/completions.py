@@ -7,7 +7,7 @@ answered with a clear 400 rather than approximated.
 from __future__ import annotations
 
 from gateway.errors import InvalidRequestError
-from gateway.schemas import CompletionRequest
+from gateway.openai.schemas import CompletionRequest
 
 
 def completion_prompts(request: CompletionRequest) -> list[str]:

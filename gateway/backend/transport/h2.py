@@ -32,10 +32,16 @@ import h2.events
 import h2.exceptions
 import h2.settings
 
-T = TypeVar("T")
+from gateway.backend.transport.base import (
+    CANCELLED,
+    INTERNAL,
+    OK,
+    UNAVAILABLE,
+    UNKNOWN,
+    CallError,
+)
 
-# gRPC status codes (https://grpc.github.io/grpc/core/md_doc_statuscodes.html) the caller maps.
-OK, CANCELLED, UNKNOWN, DEADLINE_EXCEEDED, INTERNAL, UNAVAILABLE = 0, 1, 2, 4, 13, 14
+T = TypeVar("T")
 
 _END_STREAM, _PADDED = 0x1, 0x8
 
@@ -48,22 +54,23 @@ _WINDOW = 16 * 1024 * 1024
 so a slow HTTP client never stalls the shared connection."""
 
 
-class CallError(Exception):
-    """A call ended with a non-OK gRPC status, or the connection under it failed."""
-
-    def __init__(self, code: int, details: str) -> None:
-        super().__init__(f"gRPC status {code}: {details}")
-        self.code = code
-        self.details = details
-
-
 class StreamCall(Generic[T]):
     """One call's parsed messages, handed out in batches: everything that arrived since the
     consumer last asked. A client that reads slower than Triton produces so gets fewer, larger
     batches instead of a queue of tiny ones (the coalescing the SSE writer relies on)."""
 
-    __slots__ = ("stream_id", "_connection", "_parse", "_items", "_waiter", "_buffer", "_status", "_error", "_done",
-                 "_unacked")
+    __slots__ = (
+        "stream_id",
+        "_connection",
+        "_parse",
+        "_items",
+        "_waiter",
+        "_buffer",
+        "_status",
+        "_error",
+        "_done",
+        "_unacked",
+    )
 
     def __init__(self, connection: GrpcConnection, parse: Callable[[bytes], T]) -> None:
         self.stream_id = 0
@@ -223,10 +230,12 @@ class GrpcConnection(asyncio.Protocol):
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._h2.initiate_connection()
-        self._h2.update_settings({
-            h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: _WINDOW,
-            h2.settings.SettingCodes.ENABLE_PUSH: 0,
-        })
+        self._h2.update_settings(
+            {
+                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: _WINDOW,
+                h2.settings.SettingCodes.ENABLE_PUSH: 0,
+            }
+        )
         self._h2.increment_flow_control_window(_WINDOW)
         self._flush()
         if self._keepalive:
@@ -322,9 +331,7 @@ class GrpcConnection(asyncio.Protocol):
     def _window_update(self, sid: int, increment: int) -> None:
         self._flush()
         if self._transport is not None and not self.closed:
-            self._transport.write(
-                b"\x00\x00\x04\x08\x00" + sid.to_bytes(4, "big") + increment.to_bytes(4, "big")
-            )
+            self._transport.write(b"\x00\x00\x04\x08\x00" + sid.to_bytes(4, "big") + increment.to_bytes(4, "big"))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -347,15 +354,18 @@ class GrpcConnection(asyncio.Protocol):
                 raise CallError(UNAVAILABLE, "the connection to the server is closing")
             sid = call.stream_id = self._h2.get_next_available_stream_id()
             try:
-                self._h2.send_headers(sid, [
-                    (b":method", b"POST"),
-                    (b":scheme", self._scheme),
-                    (b":path", path),
-                    (b":authority", self._authority),
-                    (b"content-type", b"application/grpc"),
-                    (b"te", b"trailers"),
-                    (b"user-agent", b"triton-openai-gateway"),
-                ])
+                self._h2.send_headers(
+                    sid,
+                    [
+                        (b":method", b"POST"),
+                        (b":scheme", self._scheme),
+                        (b":path", path),
+                        (b":authority", self._authority),
+                        (b"content-type", b"application/grpc"),
+                        (b"te", b"trailers"),
+                        (b"user-agent", b"triton-openai-gateway"),
+                    ],
+                )
                 break
             except h2.exceptions.TooManyStreamsError:
                 waiter = self.loop.create_future()
@@ -483,3 +493,41 @@ async def connect(
         timeout,
     )
     return protocol
+
+
+class H2Transport:
+    """The ``StreamTransport`` over one shared ``GrpcConnection``, (re)opened on demand, so a
+    Triton restart costs the calls that were on the old connection and nothing after."""
+
+    def __init__(
+        self, target: str, *, ssl_context: ssl.SSLContext | None = None, keepalive: float | None = None
+    ) -> None:
+        self.target = target
+        self._ssl = ssl_context
+        self._keepalive = keepalive
+        self._connection: GrpcConnection | None = None
+        self._connecting = asyncio.Lock()
+
+    async def _usable_connection(self) -> GrpcConnection:
+        connection = self._connection
+        if connection is not None and connection.usable:
+            return connection
+        async with self._connecting:
+            connection = self._connection
+            if connection is not None and connection.usable:
+                return connection
+            try:
+                connection = await connect(self.target, ssl_context=self._ssl, keepalive=self._keepalive)
+            except (OSError, asyncio.TimeoutError, ssl.SSLError) as exc:
+                raise CallError(UNAVAILABLE, f"cannot connect to {self.target} ({exc or type(exc).__name__})") from exc
+            self._connection = connection
+            return connection
+
+    async def open(self, path: bytes, message: bytes, parse: Callable[[bytes], T]) -> StreamCall[T]:
+        connection = await self._usable_connection()
+        return await connection.open(path, message, parse)
+
+    async def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None

@@ -1,4 +1,4 @@
-"""POST /v1/chat/completions."""
+"""POST /v1/completions (the legacy text completions API)."""
 
 from __future__ import annotations
 
@@ -8,17 +8,17 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.routes.common import context_of, respond, service_of
-from gateway.schemas import ChatCompletionRequest
+from gateway.http.routes.common import context_of, respond, service_of
+from gateway.openai.schemas import CompletionRequest
 
 logger = logging.getLogger(__name__)
 router = APIRouter()
 
 
-@router.post("/v1/chat/completions", response_model=None)
-async def create_chat_completion(body: ChatCompletionRequest, request: Request) -> Response:
+@router.post("/v1/completions", response_model=None)
+async def create_completion(body: CompletionRequest, request: Request) -> Response:
     if body.model_extra and logger.isEnabledFor(logging.DEBUG):
         logger.debug("ignoring unknown fields: %s", sorted(body.model_extra))
     service = service_of(request)
-    prepared = await service.prepare_chat(body, context_of(request, service))
+    prepared = await service.prepare_completion(body, context_of(request, service))
     return await respond(request, service, prepared, body.stream)

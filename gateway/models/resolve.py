@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gateway.catalog import ServedModel
 from gateway.errors import ModelNotFoundError
+from gateway.models.catalog import ServedModel
 
 
 @dataclass(frozen=True, slots=True)

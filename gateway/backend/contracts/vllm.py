@@ -1,0 +1,102 @@
+"""The vLLM-backend tensor contract (``triton_models/README.md`` has the table): a
+``GenerationRequest`` → one ``ModelInferRequest``, and each ``ModelInferResponse`` → a
+``GenerationChunk``. The response parse runs once per token, so it reads protobuf fields once and
+skips numpy. Knows nothing of OpenAI or of how the messages travel.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import orjson
+from tritonclient.grpc import service_pb2
+
+from gateway.backend.contracts.tensors import add_tensor, pack_bytes, split_bytes
+from gateway.backend.types import GenerationChunk, GenerationRequest
+from gateway.errors import BackendError
+
+# Tensor names of the vLLM-backend contract.
+TEXT_INPUT = "text_input"
+STREAM = "stream"
+SAMPLING_PARAMETERS = "sampling_parameters"
+EXCLUDE_INPUT_IN_OUTPUT = "exclude_input_in_output"
+RETURN_FINISH_REASON = "return_finish_reason"
+RETURN_NUM_INPUT_TOKENS = "return_num_input_tokens"
+RETURN_NUM_OUTPUT_TOKENS = "return_num_output_tokens"
+RETURN_LOGPROBS = "return_logprobs"
+TEXT_OUTPUT = "text_output"
+FINISH_REASON = "finish_reason"
+NUM_INPUT_TOKENS = "num_input_tokens"
+NUM_OUTPUT_TOKENS = "num_output_tokens"
+LOGPROBS = "logprobs"
+
+
+
+def _bool(value: bool) -> bytes:
+    return b"\x01" if value else b"\x00"
+
+
+def build_infer_request(request: GenerationRequest) -> Any:
+    """The one ``ModelInferRequest`` of a generation (vLLM-backend contract)."""
+    infer = service_pb2.ModelInferRequest(model_name=request.model, id=request.request_id)
+    add_tensor(infer, TEXT_INPUT, "BYTES", [1], pack_bytes(request.prompt.encode("utf-8")))
+    add_tensor(infer, STREAM, "BOOL", [1], _bool(request.stream))
+    add_tensor(infer, SAMPLING_PARAMETERS, "BYTES", [1], pack_bytes(orjson.dumps(dict(request.sampling))))
+    flags = [EXCLUDE_INPUT_IN_OUTPUT, RETURN_FINISH_REASON, RETURN_NUM_INPUT_TOKENS, RETURN_NUM_OUTPUT_TOKENS]
+    if request.return_logprobs:
+        flags.append(RETURN_LOGPROBS)
+    for flag in flags:
+        add_tensor(infer, flag, "BOOL", [1], _bool(True))
+    return infer
+
+
+_NUMBER_FORMATS = {"UINT32": ("I", 4), "INT32": ("i", 4), "UINT64": ("Q", 8), "INT64": ("q", 8), "FP32": ("f", 4)}
+_ONE_NUMBER = {datatype: (struct.Struct("<" + code).unpack, size) for datatype, (code, size) in _NUMBER_FORMATS.items()}
+
+
+def _numbers(raw: bytes, datatype: str) -> tuple[int, ...] | tuple[float, ...]:
+    try:
+        unpack, size = _ONE_NUMBER[datatype]
+    except KeyError:
+        raise BackendError(f"unexpected datatype {datatype} from backend") from None
+    if len(raw) == size:
+        return unpack(raw)  # type: ignore[no-any-return]
+    return struct.unpack(f"<{len(raw) // size}{_NUMBER_FORMATS[datatype][0]}", raw)
+
+
+_FINISH_REASONS: dict[bytes, str | None] = {b"None": None, b"none": None, b"null": None, b"": None,
+                                             b"stop": "stop", b"length": "length", b"abort": "abort"}
+_UNFINISHED = pack_bytes(b"None")
+"""The finish_reason tensor of every response but the last: one element, "None"."""
+
+
+def _finish_reason(raw: bytes) -> str | None:
+    try:
+        return _FINISH_REASONS[raw]
+    except KeyError:
+        return raw.decode("utf-8", "replace")
+
+
+def parse_infer_response(response: Any, final: bool) -> GenerationChunk:
+    """Turn one ``ModelInferResponse`` into a chunk without numpy (hot path: once per token, so
+    each protobuf field is read once and the usual one-sequence values take a shortcut)."""
+    text: tuple[bytes, ...] = ()
+    finish: tuple[str | None, ...] | None = None
+    num_in: int | None = None
+    num_out: tuple[int, ...] | None = None
+    logprobs: tuple[Any, ...] | None = None
+    for output, raw in zip(response.outputs, response.raw_output_contents):
+        name = output.name
+        if name == TEXT_OUTPUT:
+            text = tuple(split_bytes(raw))
+        elif name == FINISH_REASON:
+            finish = (None,) if raw == _UNFINISHED else tuple(map(_finish_reason, split_bytes(raw)))
+        elif name == NUM_INPUT_TOKENS:
+            values = _numbers(raw, output.datatype)
+            num_in = int(values[0]) if values else None
+        elif name == NUM_OUTPUT_TOKENS:
+            num_out = tuple(map(int, _numbers(raw, output.datatype)))
+        elif name == LOGPROBS:
+            logprobs = tuple(orjson.loads(r) for r in split_bytes(raw))
+    return GenerationChunk(text, finish or (None,) * len(text), num_in, num_out, logprobs, final)

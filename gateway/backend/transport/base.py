@@ -1,0 +1,57 @@
+"""The seam between the Triton client and the bytes: what a streaming gRPC transport offers.
+
+``TritonBackend`` builds request messages and parses response messages (the tensor contracts);
+a transport only moves them. Two implement this protocol: ``h2.H2Transport`` (our own HTTP/2
+connection read by the event loop: the fast one) and ``aio.AioTransport`` (``grpc.aio``: the
+conservative fallback). Both speak gRPC status codes through ``CallError``, so the backend maps
+failures to typed errors in one place whatever carries the call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol, TypeVar
+
+T = TypeVar("T")
+
+# gRPC status codes (https://grpc.github.io/grpc/core/md_doc_statuscodes.html) the backend maps.
+OK, CANCELLED, UNKNOWN, DEADLINE_EXCEEDED, INTERNAL, UNAVAILABLE = 0, 1, 2, 4, 13, 14
+RESOURCE_EXHAUSTED = 8
+
+STREAM_INFER_PATH = b"/inference.GRPCInferenceService/ModelStreamInfer"
+
+
+class CallError(Exception):
+    """A call ended with a non-OK gRPC status, or the connection under it failed."""
+
+    def __init__(self, code: int, details: str) -> None:
+        super().__init__(f"gRPC status {code}: {details}")
+        self.code = code
+        self.details = details
+
+
+class StreamCall(Protocol[T]):
+    """One server-streaming call: an async iterator of *batches* of parsed messages (everything
+    that arrived since the consumer last asked), ending after the server's trailers. A non-OK
+    status raises ``CallError`` (or the error ``parse`` raised) after the messages before it."""
+
+    def __aiter__(self) -> StreamCall[T]: ...
+
+    async def __anext__(self) -> list[T]: ...
+
+    def abort(self, error: BaseException) -> None:
+        """End the call now: the consumer gets ``error``, the server a cancellation."""
+
+    def cancel(self) -> None:
+        """Stop the call: nothing more is delivered, the server gets a cancellation."""
+
+
+class StreamTransport(Protocol):
+    """Opens streaming calls to one server."""
+
+    async def open(self, path: bytes, message: bytes, parse: Callable[[bytes], T]) -> StreamCall[T]:
+        """Start a call with its one request message, half-closed after it. Raises ``CallError``
+        (UNAVAILABLE) when the server cannot be reached."""
+        ...
+
+    async def close(self) -> None: ...
