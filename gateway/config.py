@@ -146,9 +146,20 @@ class Settings(BaseSettings):
     triton_ssl_client_key: Path | None = None
     """PEM private key of the client certificate."""
 
+    triton_transport: Literal["h2", "aio"] = "h2"
+    """What carries the token streams to Triton: ``h2``, the gateway's own HTTP/2 connection read
+    by the event loop (the fast one), or ``aio``, ``grpc.aio`` (the conservative fallback)."""
+
     grpc_keepalive_ms: int = Field(default=30_000, ge=1000)
     """Keepalive ping interval to Triton (the gRPC channel and the streaming connection), so a dead
     peer fails its calls instead of hanging them."""
+
+    grpc_keepalive_timeout_ms: int = Field(default=10_000, ge=100)
+    """How long a keepalive ping may go unanswered before the connection counts as dead."""
+
+    grpc_max_message_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+    """Largest gRPC message accepted from Triton; a larger one fails its request with a clear error
+    instead of buffering without bound."""
 
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     """Log level of the gateway's loggers."""
