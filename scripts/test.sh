@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
 # Install everything the test suite needs into .venv and run it: unit tests, integration tests
-# against a real tritonserver, chart tests. Extra arguments go to pytest.
+# against a real tritonserver, chart tests, on the default transport to Triton (h2); then the
+# integration tests again with the token streams on grpc.aio (GATEWAY_TRITON_TRANSPORT=aio, which
+# every gateway the tests start inherits). Extra arguments go to pytest, for both runs; the aio run
+# keeps only integration tests: with no test path among the arguments it adds tests/integration, a
+# selection under tests/integration runs as given, any other selection (tests/unit) runs once.
+# Exits non-zero if either run failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -x .venv/bin/python ]; then
@@ -11,4 +16,20 @@ if ! .venv/bin/python -m pip install --disable-pip-version-check -e '.[local,tes
     echo "install failed (full log: .venv/install.log)" >&2
     exit 1
 fi
-exec .venv/bin/python -m pytest "$@"
+h2_status=0
+GATEWAY_TRITON_TRANSPORT=h2 .venv/bin/python -m pytest "$@" || h2_status=$?
+paths=none
+for arg in "$@"; do
+    case "$arg" in
+        tests/integration*) paths=integration ;;
+        tests/*) [ "$paths" = integration ] || paths=other ;;
+    esac
+done
+aio_status=0
+case "$paths" in
+    none) GATEWAY_TRITON_TRANSPORT=aio .venv/bin/python -m pytest tests/integration "$@" || aio_status=$? ;;
+    integration) GATEWAY_TRITON_TRANSPORT=aio .venv/bin/python -m pytest "$@" || aio_status=$? ;;
+    other) echo "no integration tests selected: the aio transport run is skipped" >&2 ;;
+esac
+echo "pytest exit status: transport h2 ${h2_status}, transport aio ${aio_status}" >&2
+[ "$h2_status" -eq 0 ] && [ "$aio_status" -eq 0 ]

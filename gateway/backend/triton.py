@@ -20,7 +20,7 @@ import logging
 import re
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, Literal
 
 import grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
@@ -31,6 +31,7 @@ from gateway.backend.contracts.trtllm import (
     parse_trtllm_response,
 )
 from gateway.backend.contracts.vllm import build_infer_request, parse_infer_response
+from gateway.backend.transport.aio import AioTransport
 from gateway.backend.transport.base import (
     STREAM_INFER_PATH,
     CallError,
@@ -132,7 +133,7 @@ class TritonBackend:
         *,
         keepalive_ms: int = 30_000,
         tls: TritonTLS | None = None,
-        transport: StreamTransport | None = None,
+        transport: StreamTransport | Literal["h2", "aio"] = "h2",
     ) -> None:
         self.url = url
         self._options = [
@@ -149,9 +150,15 @@ class TritonBackend:
             ("grpc.max_reconnect_backoff_ms", 2_000),
         ]
         self._tls = tls
-        self._transport: StreamTransport = transport or H2Transport(
-            url, ssl_context=tls.ssl_context() if tls is not None else None, keepalive=keepalive_ms / 1000
-        )
+        self._transport: StreamTransport
+        if transport == "h2":
+            self._transport = H2Transport(
+                url, ssl_context=tls.ssl_context() if tls is not None else None, keepalive=keepalive_ms / 1000
+            )
+        elif transport == "aio":  # on the control calls' channel: one connection, keepalive and trust store
+            self._transport = AioTransport(lambda: self._channel)
+        else:
+            self._transport = transport
         self._channel: grpc.aio.Channel | None = None
         self._stub: Any = None
         self._active: set[StreamCall[GenerationChunk]] = set()

@@ -29,6 +29,17 @@ REFERENCE_REPOSITORY = ROOT / "triton_models" / "reference"
 TEST_REPOSITORY = ROOT / "tests" / "triton_models"
 MODEL = "tiny-llm"
 
+TRANSPORT = os.environ.get("GATEWAY_TRITON_TRANSPORT", "h2")
+"""What carries the gateways' token streams in this run. Every gateway process inherits the
+environment, so ``GATEWAY_TRITON_TRANSPORT=aio`` runs the whole suite on grpc.aio
+(scripts/test.sh runs it once per transport)."""
+if TRANSPORT not in ("h2", "aio"):
+    raise pytest.UsageError(f"GATEWAY_TRITON_TRANSPORT must be h2 or aio, not {TRANSPORT!r}")
+
+
+def pytest_report_header() -> str:
+    return f"gateway transport to Triton: {TRANSPORT}"
+
 
 @pytest.fixture(scope="session")
 def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
