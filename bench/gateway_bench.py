@@ -11,12 +11,14 @@ stream, the tiny LM end to end, and optionally a py-spy profile of the gateway u
 
 Run:  .venv/bin/python bench/gateway_bench.py            (about 6 minutes)
       .venv/bin/python bench/gateway_bench.py --quick    (about 2 minutes)
+      .venv/bin/python bench/gateway_bench.py --transport h2,aio   (+ the main levels on grpc.aio)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import statistics
 import subprocess
@@ -97,7 +99,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="extra gateway CLI argument (repeatable), e.g. --gateway-arg=--max-concurrent-requests=0",
     )
     parser.add_argument("--no-uvloop-client", action="store_true", help="HTTP load client on the default asyncio loop")
+    parser.add_argument(
+        "--transport",
+        default=os.environ.get("GATEWAY_TRITON_TRANSPORT", "h2"),
+        help="what carries the gateway's token streams to Triton (h2 or aio); comma-separated for several: "
+        "every section runs on the first, the main levels again on each other one (a fresh gateway each)",
+    )
     args = parser.parse_args(argv)
+    args.transports = [t.strip() for t in args.transport.split(",") if t.strip()]
+    if not args.transports or any(t not in ("h2", "aio") for t in args.transports):
+        parser.error(f"--transport takes h2 and/or aio, not {args.transport!r}")
     args.output = args.output.resolve()
     if args.quick:
         args.duration, args.warmup = 3.0, 1.0
@@ -287,6 +298,17 @@ class Bench:
             results[str(concurrency)] = summary
         return results
 
+    def start_gateway(self, transport: str) -> None:
+        """A gateway on ``transport``. Through the environment, which every gateway the bench
+        starts inherits (the idle-stream one too)."""
+        os.environ["GATEWAY_TRITON_TRANSPORT"] = transport
+        log(f"starting the gateway (transport {transport})")
+        self.gateway = start_gateway(
+            self.triton.grpc_url, self.workdir / f"gateway-{transport}.log", self.args.gateway_arg
+        )
+        log(f"gateway pid {self.gateway.pid} on {self.gateway.url}; warm-up")
+        run_load(self.base_spec(target="http", concurrency=4, warmup=0.0, duration=1.0))
+
     # ------------------------------------------------------------------ run
     def run(self) -> dict[str, Any]:
         args = self.args
@@ -300,10 +322,8 @@ class Bench:
         log("starting tritonserver")
         self.triton = start_triton(self.workdir / "tritonserver.log")
         try:
-            log(f"triton ready on {self.triton.grpc_url}; starting the gateway")
-            self.gateway = start_gateway(self.triton.grpc_url, self.workdir / "gateway.log", args.gateway_arg)
-            log(f"gateway pid {self.gateway.pid} on {self.gateway.url}; warm-up")
-            run_load(self.base_spec(target="http", concurrency=4, warmup=0.0, duration=1.0))
+            log(f"triton ready on {self.triton.grpc_url}")
+            self.start_gateway(args.transports[0])
             run_load(self.base_spec(target="floor", concurrency=4, warmup=0.0, duration=1.0))
             result["gateway_rss_mb_idle"] = (self.gateway.rss_bytes() or 0) / 2**20
             result["levels"] = self.main_levels()
@@ -317,6 +337,12 @@ class Bench:
             if args.profile:
                 result["profile"] = self.profile()
             result["gateway_log_tail"] = self.gateway.log_file.read_text(errors="replace")[-2000:]
+            result["other_transports"] = {}
+            for transport in args.transports[1:]:
+                self.gateway.stop()
+                self.gateway = None
+                self.start_gateway(transport)
+                result["other_transports"][transport] = {"levels": self.main_levels()}
         finally:
             if self.gateway is not None:
                 self.gateway.stop()
@@ -396,11 +422,15 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         f"Firehose, {result['config']['tokens']} tokens per request, {result['config']['duration']} s window "
         f"after {result['config']['warmup']} s warm-up, medians of {result['config']['repeat']} run(s) per cell. "
-        f"Gateway RSS idle after warm-up: {result.get('gateway_rss_mb_idle', 0):.1f} MB.",
+        f"Gateway RSS idle after warm-up: {result.get('gateway_rss_mb_idle', 0):.1f} MB. "
+        f"Token streams to Triton on the {result['config']['transports'][0]} transport.",
         "",
     ]
     lines += level_table(result["levels"], "Floor (direct gRPC) vs gateway (SSE over HTTP)")
     lines.append("")
+    for transport, other in result.get("other_transports", {}).items():
+        lines += level_table(other["levels"], f"Floor vs gateway on the {transport} transport (fresh gateway)")
+        lines.append("")
     lines += ["### Targets", "", "| target | value | bar | met |", "|---|---:|---:|---|"]
     for t in result["targets"]:
         lines.append(f"| {t['target']} | {fmt(t['value'], 2)} | {t['bar']} | {'yes' if t['met'] else 'NO'} |")
@@ -458,11 +488,22 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def print_table(result: dict[str, Any]) -> None:
+    transports = result["config"]["transports"]
+    print_levels(result["levels"], transports[0])
+    for transport, other in result.get("other_transports", {}).items():
+        print_levels(other["levels"], transport)
+    print("Targets:")
+    for t in result["targets"]:
+        print(f"  [{'met' if t['met'] else 'MISSED'}] {t['target']}: {fmt(t['value'], 2)} (bar {t['bar']})")
     print()
+
+
+def print_levels(levels: list[dict[str, Any]], transport: str) -> None:
+    print(f"\ntransport {transport}")
     header = f"{'c':>4} {'metric':<22} {'floor':>10} {'gateway':>10} {'gw/floor':>9}"
     print(header)
     print("-" * len(header))
-    for level in result["levels"]:
+    for level in levels:
         for key, label, _ in METRICS:
             f, g, r = level["floor"].get(key), level["gateway"].get(key), level["ratio"].get(key)
             if key.startswith("gateway_"):
@@ -471,10 +512,6 @@ def print_table(result: dict[str, Any]) -> None:
                 continue
             print(f"{level['concurrency']:>4} {label:<22} {fmt(f):>10} {fmt(g):>10} {fmt(r, 2):>9}")
         print()
-    print("Targets:")
-    for t in result["targets"]:
-        print(f"  [{'met' if t['met'] else 'MISSED'}] {t['target']}: {fmt(t['value'], 2)} (bar {t['bar']})")
-    print()
 
 
 def main(argv: list[str] | None = None) -> int:
