@@ -155,6 +155,8 @@ def create_app(settings: Settings, backend: Backend | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await the_backend.start()
+        if backend is None:
+            logger.info("token streams to Triton on the %s transport", settings.triton_transport)
         try:
             await catalog.refresh()
         except GatewayError as exc:

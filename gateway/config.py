@@ -148,7 +148,9 @@ class Settings(BaseSettings):
 
     triton_transport: Literal["h2", "aio"] = "h2"
     """What carries the token streams to Triton: ``h2``, the gateway's own HTTP/2 connection read
-    by the event loop (the fast one), or ``aio``, ``grpc.aio`` (the conservative fallback)."""
+    by the event loop (the fast one), or ``aio``, ``grpc.aio`` (the conservative fallback, on the
+    control calls' channel). Switch to ``aio`` behind a proxy or mesh that ``h2`` does not get
+    along with, or to debug (docs/OPERATIONS.md)."""
 
     grpc_keepalive_ms: int = Field(default=30_000, ge=1000)
     """Keepalive ping interval to Triton (the gRPC channel and the streaming connection), so a dead
