@@ -22,7 +22,7 @@ from typing import Any, Generic, TypeVar
 
 import grpc
 
-from gateway.backend.transport.base import CANCELLED, UNAVAILABLE, CallError
+from gateway.backend.transport.base import CANCELLED, INTERNAL, UNAVAILABLE, CallError
 
 T = TypeVar("T")
 
@@ -75,7 +75,7 @@ class AioStreamCall(Generic[T]):
             # Our cancel() or abort(), or the channel closing under the call.
             self._finish(CallError(CANCELLED, "the call was cancelled"))
         except Exception as exc:  # noqa: BLE001 - grpc.aio's own failures (e.g. a usage error) end the call
-            self._finish(CallError(UNAVAILABLE, f"the gRPC call failed: {exc!r}"))
+            self._finish(CallError(INTERNAL, f"the gRPC call failed: {exc!r}"))
         else:
             self._finish(None)
 
