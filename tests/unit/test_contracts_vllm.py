@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from tritonclient.grpc import service_pb2
 from tritonclient.utils import serialize_byte_tensor
@@ -246,6 +246,7 @@ def test_the_final_argument_is_carried_as_given() -> None:
     assert parse(text_output(b"a"), final=False).final is False
 
 
+@settings(max_examples=50)
 @given(
     st.lists(
         st.tuples(
