@@ -47,7 +47,7 @@ def test_several_elements_on_the_second_dimension_are_one_text() -> None:
 
 
 def test_an_empty_step_counts_no_token() -> None:
-    # The ensemble's last streamed response often carries no new text.
+    # A step without new text (such as an empty last response) is no token.
     chunk = parse_trtllm_response(response(text_output([b""], [1, 1])), True)
     assert chunk == GenerationChunk((b"",), (None,), None, (0,), None, True)
 

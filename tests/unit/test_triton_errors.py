@@ -71,8 +71,9 @@ def test_known_messages_are_typed(message: str, error_type: type[GatewayError], 
 
 
 # What the classifier does today with texts the real backends send for which no pattern exists:
-# a plain 500 BackendError. Several are the client's fault (see the report of the tests' author);
-# these tests pin the current behaviour so a change to it is deliberate.
+# a plain 500 BackendError. Several are the client's fault (an empty or too long prompt, a sampling
+# value vLLM refuses) or a retryable outage (the unhealthy engine) and deserve a 4xx or a 503;
+# these tests pin today's behaviour so that changing it is deliberate.
 UNCLASSIFIED = [
     # tiny-llm
     "The decoder prompt cannot be empty",
