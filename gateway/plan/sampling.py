@@ -33,7 +33,8 @@ _PASS_THROUGH = (
 
 
 def stop_list(stop: str | list[str] | None) -> list[str]:
-    if stop is None:
+    """The non-empty stop strings: an empty one would match at once, and vLLM refuses it."""
+    if not stop:
         return []
     return [stop] if isinstance(stop, str) else [s for s in stop if s]
 

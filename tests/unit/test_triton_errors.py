@@ -1,0 +1,248 @@
+"""How Triton's failures become typed errors, and how one ``ModelStreamInferResponse`` message
+becomes a chunk: the FINAL flag, and an in-stream error message (which carries no status code, so
+the classifier reads its text). Messages are the ones the models really send: the reference
+``tiny-llm`` model and Triton's vLLM backend (which prefixes engine failures with
+"Error generating stream: ")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+import numpy as np
+import pytest
+from tritonclient.grpc import service_pb2
+from tritonclient.utils import serialize_byte_tensor
+
+from gateway.backend import triton
+from gateway.backend.transport.base import CallError
+from gateway.backend.triton import classify_rpc_error, classify_stream_error
+from gateway.backend.types import GenerationChunk
+from gateway.errors import (
+    BackendError,
+    BackendTimeoutError,
+    BackendUnavailableError,
+    GatewayError,
+    InvalidRequestError,
+    ModelNotFoundError,
+)
+
+# -- in-stream error messages ---------------------------------------------------------------------
+
+CLIENT_ERRORS = [
+    # tiny-llm (triton_models/reference): INVALID_ARG errors, no prefix
+    (
+        "sampling_parameters: unknown key 'max_tokenz'; tiny-llm supports ['ignore_eos', 'max_tokens']",
+        InvalidRequestError,
+        None,
+    ),
+    ("sampling_parameters: 'temperature' must be a finite number, got \"hot\"", InvalidRequestError, None),
+    ("sampling_parameters: malformed JSON: Expecting value: line 1 column 1 (char 0)", InvalidRequestError, None),
+    ("structured outputs are not supported by tiny-llm", InvalidRequestError, "response_format"),
+    ("LoRA gamma is not supported, we currently support ['alpha', 'beta']", ModelNotFoundError, "model"),
+    # Triton's vLLM backend (model.py's _verify_loras)
+    ("LoRA gamma is not supported, we currently support ['alpha']", ModelNotFoundError, "model"),
+    # Illustrative texts for the other patterns (engine errors behind the backend's prefix)
+    (
+        "Error generating stream: guided decoding backend failed to compile the grammar",
+        InvalidRequestError,
+        "response_format",
+    ),
+    (
+        "Error generating stream: Structured output is not supported for this model",
+        InvalidRequestError,
+        "response_format",
+    ),
+    ("Error generating stream: logit_bias is not supported by this engine", InvalidRequestError, None),
+    ("Error generating stream: invalid sampling parameters", InvalidRequestError, None),
+    ("Request for unknown model: 'nope' is not found", BackendUnavailableError, None),
+    ("Request for unknown model: 'm' has no available versions", BackendUnavailableError, None),
+    ("Model 'm' is not ready", BackendUnavailableError, None),
+    ("[request id: r] INVALID_ARG: bad input", InvalidRequestError, None),
+]
+
+
+@pytest.mark.parametrize(("message", "error_type", "param"), CLIENT_ERRORS)
+def test_known_messages_are_typed(message: str, error_type: type[GatewayError], param: str | None) -> None:
+    error = classify_stream_error(message)
+    assert type(error) is error_type
+    assert error.param == param
+    assert error.message == message
+
+
+# What the classifier does today with texts the real backends send for which no pattern exists:
+# a plain 500 BackendError. Several are the client's fault (an empty or too long prompt, a sampling
+# value vLLM refuses) or a retryable outage (the unhealthy engine) and deserve a 4xx or a 503;
+# these tests pin today's behaviour so that changing it is deliberate.
+UNCLASSIFIED = [
+    # tiny-llm
+    "The decoder prompt cannot be empty",
+    "The decoder prompt (length 2100) is longer than the maximum model length of 2048.",
+    "Error generating stream: CUDA out of memory",
+    # vLLM backend: TritonSamplingParams.from_dict swallows a bad sampling value and returns None
+    "Error generating stream: 'NoneType' object has no attribute 'lora_name'",
+    # vLLM engine's own prompt check, through the backend's prefix
+    "Error generating stream: The decoder prompt (length 5000) is longer than the maximum model length of 4096. "
+    "Make sure that `max_model_len` is no smaller than the number of text tokens.",
+    "LoRA feature is not enabled.",
+    "Error generating stream: Model m does not support 'generate' request",
+    "Model is unavailable due to unhealthy vLLM engine",
+    "Request was cancelled",
+    "",
+]
+
+
+@pytest.mark.parametrize("message", UNCLASSIFIED)
+def test_unknown_messages_are_backend_errors(message: str) -> None:
+    error = classify_stream_error(message)
+    assert type(error) is BackendError
+    assert error.status_code == 500
+    assert error.param is None
+    assert error.message == message
+
+
+def test_first_matching_pattern_wins() -> None:
+    # Mentions both structured outputs and "not supported by": the more specific one names the field.
+    error = classify_stream_error("structured outputs are not supported by this model (sampling_parameters)")
+    assert type(error) is InvalidRequestError
+    assert error.param == "response_format"
+
+
+# -- gRPC statuses --------------------------------------------------------------------------------
+
+
+def aio_error(code: grpc.StatusCode, details: str | None) -> grpc.aio.AioRpcError:
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details)
+
+
+def call_error(code: grpc.StatusCode, details: str) -> CallError:
+    return CallError(code.value[0], details)
+
+
+@pytest.fixture(params=["aio", "h2"])
+def make_error(request: pytest.FixtureRequest) -> Any:
+    return aio_error if request.param == "aio" else call_error
+
+
+@pytest.mark.parametrize(
+    "code", [grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.RESOURCE_EXHAUSTED]
+)
+def test_unavailable_statuses_are_retryable_503s(make_error: Any, code: grpc.StatusCode) -> None:
+    error = classify_rpc_error(make_error(code, "connection refused"))
+    assert type(error) is BackendUnavailableError
+    assert error.status_code == 503
+    assert error.headers == {"Retry-After": "1"}
+    assert error.message == "Triton is unavailable: connection refused"
+
+
+def test_deadline_is_a_504(make_error: Any) -> None:
+    error = classify_rpc_error(make_error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"))
+    assert type(error) is BackendTimeoutError
+    assert error.status_code == 504
+    assert error.code == "timeout"
+
+
+def test_invalid_argument_is_a_400_with_the_details(make_error: Any) -> None:
+    error = classify_rpc_error(make_error(grpc.StatusCode.INVALID_ARGUMENT, "unexpected input 'x'"))
+    assert type(error) is InvalidRequestError
+    assert error.status_code == 400
+    assert error.message == "Triton error: unexpected input 'x'"
+
+
+@pytest.mark.parametrize(
+    "code",
+    [grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN, grpc.StatusCode.CANCELLED, grpc.StatusCode.UNIMPLEMENTED],
+)
+def test_other_statuses_are_backend_errors(make_error: Any, code: grpc.StatusCode) -> None:
+    error = classify_rpc_error(make_error(code, "boom"))
+    assert type(error) is BackendError
+    assert error.message == "Triton error: boom"
+
+
+def test_missing_details_name_the_status() -> None:
+    assert classify_rpc_error(aio_error(grpc.StatusCode.INTERNAL, None)).message == "Triton error: INTERNAL"
+    assert (
+        classify_rpc_error(call_error(grpc.StatusCode.UNAVAILABLE, "")).message == "Triton is unavailable: UNAVAILABLE"
+    )
+
+
+def test_a_status_number_grpc_does_not_know_is_unknown() -> None:
+    error = classify_rpc_error(CallError(99, ""))
+    assert type(error) is BackendError
+    assert error.message == "Triton error: UNKNOWN"
+
+
+# -- the stream reader ----------------------------------------------------------------------------
+
+
+def text_response(*texts: bytes, finish: bytes | None = None) -> Any:
+    response = service_pb2.ModelInferResponse(model_name="m", id="r")
+    tensors = [("text_output", list(texts))]
+    if finish is not None:
+        tensors.append(("finish_reason", [finish] * len(texts)))
+    for name, values in tensors:
+        tensor = response.outputs.add(name=name, datatype="BYTES", shape=[len(values)])
+        assert tensor.name == name
+        response.raw_output_contents.append(serialize_byte_tensor(np.array(values, dtype=np.object_)).item())
+    return response
+
+
+def message(response: Any | None = None, *, final: Any = None, error: str = "") -> bytes:
+    reply = service_pb2.ModelStreamInferResponse(error_message=error)
+    if response is not None:
+        reply.infer_response.CopyFrom(response)
+    if final is not None:
+        parameter = reply.infer_response.parameters["triton_final_response"]
+        if isinstance(final, bool):
+            parameter.bool_param = final
+        else:
+            parameter.string_param = final
+    return reply.SerializeToString()
+
+
+def test_reader_final_flag_comes_from_the_response_parameter() -> None:
+    read = triton._READ_VLLM
+    assert read(message(text_response(b"a", finish=b"stop"), final=True)) == GenerationChunk(
+        (b"a",), ("stop",), None, None, None, True
+    )
+    assert read(message(text_response(b"a", finish=b"None"), final=False)).final is False
+    assert read(message(text_response(b"a"))).final is False
+    # A parameter of another kind is not a true bool.
+    assert read(message(text_response(b"a"), final="true")).final is False
+
+
+def test_reader_final_without_data() -> None:
+    assert triton._READ_VLLM(message(final=True)) == GenerationChunk((), (), None, None, None, True)
+
+
+def test_reader_parses_every_sequence() -> None:
+    chunk = triton._READ_VLLM(message(text_response(b"a", b"b", finish=b"length"), final=True))
+    assert chunk.text == (b"a", b"b")
+    assert chunk.finish_reason == ("length", "length")
+
+
+def test_trtllm_reader_uses_the_ensemble_contract() -> None:
+    response = service_pb2.ModelInferResponse(model_name="ensemble")
+    response.outputs.add(name="text_output", datatype="BYTES", shape=[1, 1])
+    response.raw_output_contents.append(serialize_byte_tensor(np.array([[b"tok"]], dtype=np.object_)).item())
+    assert triton._READ_TRTLLM(message(response)) == GenerationChunk((b"tok",), (None,), None, (1,), None, False)
+    assert triton._READ_TRTLLM(message(response, final=True)).final is True
+
+
+@pytest.mark.parametrize(("text", "error_type", "param"), CLIENT_ERRORS[:6])
+def test_reader_raises_the_error_a_message_carries(
+    text: str, error_type: type[GatewayError], param: str | None
+) -> None:
+    with pytest.raises(GatewayError) as info:
+        triton._READ_VLLM(message(error=text))
+    assert type(info.value) is error_type
+    assert info.value.param == param
+
+
+def test_reader_error_wins_over_the_data_beside_it() -> None:
+    # The vLLM backend sends its error with a text_output of "N/A" and the FINAL flag.
+    data = message(text_response(b"N/A"), final=True, error="Error generating stream: boom")
+    with pytest.raises(BackendError, match="Error generating stream: boom"):
+        triton._READ_VLLM(data)
+    with pytest.raises(BackendError):
+        triton._READ_TRTLLM(data)
