@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from gateway.triton_launcher import TritonServer
-from tests.integration.conftest import MODEL, GatewayProcess, start_gateway, stop_gateway
+from tests.integration.conftest import MODEL, GatewayProcess, start_gateway, stop_gateway, wait_for
 
 SCRIPTED = "scripted"
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
@@ -150,7 +150,7 @@ def test_generated_request_id_when_none_or_invalid(gateway: GatewayProcess) -> N
 def _samples(text: str, name: str) -> dict[str, float]:
     out = {}
     for line in text.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
+        if line.startswith((name + "{", name + " ")):
             key, _, value = line.rpartition(" ")
             out[key] = float(value)
     return out
@@ -176,15 +176,33 @@ def test_metrics_move_as_requests_pass(gateway: GatewayProcess, client: openai.O
     assert "vllm:lora_requests_info{" in after and 'max_lora="2"' in after  # tiny-llm serves alpha and beta
 
 
+def _lora_info(metrics: str, model: str) -> str:
+    return next(line for line in metrics.splitlines()
+                if line.startswith("vllm:lora_requests_info{") and f'model_name="{model}"' in line)
+
+
 @pytest.mark.anyio
-async def test_lora_info_shows_running_adapters(gateway: GatewayProcess) -> None:
-    body = {"model": f"{MODEL}:beta", "messages": [{"role": "user", "content": "x"}], "max_tokens": 1500,
-            "stream": True, "ignore_eos": True}
-    async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as http:
-        async with http.stream("POST", "/v1/chat/completions", json=body) as response:
-            async for _ in response.aiter_lines():
-                break
-            metrics = (await http.get("/metrics")).text
-    line = next(line for line in metrics.splitlines() if line.startswith("vllm:lora_requests_info{")
-                and f'model_name="{MODEL}"' in line)
-    assert 'running_lora_adapters="beta"' in line
+async def test_lora_info_shows_running_adapters(triton: TritonServer, tmp_path: Path) -> None:
+    """The stream must provably still run while the metrics are read: a scripted model holds its
+    second response back for a minute, and the gateway's model files give that model an adapter
+    "beta" (the gateway lists adapters from ``multi_lora.json``; the scripted model ignores
+    ``lora_name``). A gateway of its own, so no other test's request shows up in the label."""
+    version = tmp_path / "repository" / SCRIPTED / "1"
+    version.mkdir(parents=True)
+    (version / "multi_lora.json").write_text(json.dumps({"beta": "unused"}))
+    gateway = start_gateway(triton.grpc_url, tmp_path / "gateway.log", "--model-repository", str(version.parents[1]))
+    script = json.dumps({"responses": [{"utf8": ["first "]}, {"utf8": ["never"], "delay": 60}]})
+    body = {"model": f"{SCRIPTED}:beta", "prompt": script, "stream": True}
+    try:
+        async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as http:
+            async with http.stream("POST", "/v1/completions", json=body) as response:
+                async for line in response.aiter_lines():
+                    if '"first "' in line:
+                        break
+                running = _lora_info((await http.get("/metrics")).text, SCRIPTED)
+                assert 'running_lora_adapters="beta"' in running and 'max_lora="1"' in running, running
+            # the client left: the gateway cancels the generation and gives the slot back
+            assert wait_for(lambda: 'running_lora_adapters=""' in _lora_info(httpx.get(gateway.url + "/metrics").text,
+                                                                             SCRIPTED))
+    finally:
+        stop_gateway(gateway)
