@@ -169,7 +169,7 @@ def assert_all_finished(gateway: GatewayProcess, outcomes: list[Outcome]) -> Non
     cut = [(i, o.failure) for i, o in enumerate(outcomes) if o.failure and i >= SDK_STREAMS]
     assert not failed, (
         f"{len(failed)}/{len(outcomes)} streams broken ({events} raw streams with an error event, "
-        f"{len(cut)} raw bodies cut off: {cut[:2]}); first: {failed[:3]}"
+        f"{len(cut)} raw reads failed: {cut[:2]}); first: {failed[:3]}"
     )
     assert_nothing_in_flight(gateway)
 
