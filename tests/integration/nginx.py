@@ -15,18 +15,19 @@ through ``grpc_pass``, one signal after their fifth message):
   ``GOAWAY(2**31-1)`` first and no PING. Every stream up to that id keeps flowing to its end
   (DATA, then the trailers with END_STREAM); right after the last one ends nginx closes the TCP
   connection. A new stream opened on that connection after the GOAWAY gets no answer at all
-  (no RST_STREAM, no HEADERS): it is simply ignored, as RFC 9113 allows, so a client must not
-  open one there. New connections go to the new workers.
+  (no RST_STREAM, no HEADERS) until that close: nginx ignores it, as RFC 9113 allows, so a
+  client must not open one there. New connections go to the new workers.
 * ``nginx -s reload`` with an idle connection: ``GOAWAY(last_stream_id=<last id>)`` and an
   immediate TCP close.
 * ``nginx -s quit``: the same GOAWAY at once (about 5 ms), the same drain to the end of every
   stream, TCP close, then the master exits with 0 and nothing listens on the port any more.
 
 A client that handles GOAWAY as RFC 9113 says (stop opening streams there, let the ones at or
-below ``last_stream_id`` finish) loses nothing: grpc.aio does. One that treats any GOAWAY as
-"connection closed" (h2 4.x moves its connection state machine to CLOSED on any GOAWAY, python-hyper/h2
-issue 1181) then fails on the next DATA frame with ``Invalid input ConnectionInputs.RECV_DATA in
-state ConnectionState.CLOSED``.
+below ``last_stream_id`` finish) loses nothing: grpc.aio does. One that takes any GOAWAY for
+"connection closed" fails on the next frame: h2 4.x moves its connection state machine to CLOSED
+on any GOAWAY (python-hyper/h2 issue 1181), so a plain h2 client gets ``Invalid input
+ConnectionInputs.RECV_DATA in state ConnectionState.CLOSED``; the gateway, which parses DATA
+frames itself, gets ``RECV_HEADERS`` at the first stream's trailers.
 """
 
 from __future__ import annotations
