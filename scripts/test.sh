@@ -8,6 +8,17 @@
 # Exits non-zero if either run failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The proxy-drain tests run a real nginx (Debian's nginx-light: HTTP/2 and grpc_pass built in).
+if ! command -v nginx > /dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
+    apt_log=$(mktemp)
+    if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light; } \
+        > "$apt_log" 2>&1; then
+        cat "$apt_log" >&2
+        echo "could not install nginx-light (it needs root and Debian's apt)" >&2
+        exit 1
+    fi
+    rm -f "$apt_log"
+fi
 if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi

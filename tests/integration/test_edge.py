@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from gateway.triton_launcher import TritonServer
-from tests.integration.conftest import MODEL, GatewayProcess, start_gateway, stop_gateway
+from tests.integration.conftest import MODEL, GatewayProcess, start_gateway, stop_gateway, wait_for
 
 SCRIPTED = "scripted"
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
@@ -25,10 +25,26 @@ def locked(triton: TritonServer, tmp_path_factory: pytest.TempPathFactory):  # t
     keys = directory / "keys.txt"
     keys.write_text("# team keys\nfile-key-1\n\nfile-key-2\n")
     gateway = start_gateway(
-        triton.grpc_url, directory / "gateway.log",
-        "--api-keys", "env-key", "--api-key-file", str(keys), "--metrics-require-auth",
-        "--cors-origins", '["https://app.example"]', "--max-body-bytes", "4096", "--max-messages", "3",
-        "--max-n", "2", "--max-tokens-limit", "8", "--max-prompt-chars", "500", "--log-requests",
+        triton.grpc_url,
+        directory / "gateway.log",
+        "--api-keys",
+        "env-key",
+        "--api-key-file",
+        str(keys),
+        "--metrics-require-auth",
+        "--cors-origins",
+        '["https://app.example"]',
+        "--max-body-bytes",
+        "4096",
+        "--max-messages",
+        "3",
+        "--max-n",
+        "2",
+        "--max-tokens-limit",
+        "8",
+        "--max-prompt-chars",
+        "500",
+        "--log-requests",
         wait_ready=True,
     )
     yield gateway
@@ -62,23 +78,30 @@ def test_health_is_open_and_metrics_follow_the_setting(locked: GatewayProcess, g
 
 
 def test_cors_preflight_allows_the_openai_js_sdk(locked: GatewayProcess) -> None:
-    response = httpx.options(locked.url + "/v1/chat/completions", headers={
-        "Origin": "https://app.example",
-        "Access-Control-Request-Method": "POST",
-        "Access-Control-Request-Headers": "authorization,content-type,x-stainless-os,x-stainless-retry-count",
-    })
+    response = httpx.options(
+        locked.url + "/v1/chat/completions",
+        headers={
+            "Origin": "https://app.example",
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization,content-type,x-stainless-os,x-stainless-retry-count",
+        },
+    )
     assert response.status_code == 200
     assert response.headers["access-control-allow-origin"] == "https://app.example"
     allowed = response.headers["access-control-allow-headers"].lower()
     assert "x-stainless-os" in allowed and "authorization" in allowed
-    denied = httpx.options(locked.url + "/v1/chat/completions", headers={
-        "Origin": "https://evil.example", "Access-Control-Request-Method": "POST"})
+    denied = httpx.options(
+        locked.url + "/v1/chat/completions",
+        headers={"Origin": "https://evil.example", "Access-Control-Request-Method": "POST"},
+    )
     assert "access-control-allow-origin" not in denied.headers
 
 
 def test_cors_is_off_by_default(gateway: GatewayProcess) -> None:
-    response = httpx.options(gateway.url + "/v1/chat/completions", headers={
-        "Origin": "https://app.example", "Access-Control-Request-Method": "POST"})
+    response = httpx.options(
+        gateway.url + "/v1/chat/completions",
+        headers={"Origin": "https://app.example", "Access-Control-Request-Method": "POST"},
+    )
     assert "access-control-allow-origin" not in response.headers
 
 
@@ -96,8 +119,11 @@ def test_chunked_body_over_limit_is_413(locked: GatewayProcess) -> None:
             yield b"y" * 1000
         yield b'"}]}'
 
-    response = httpx.post(locked.url + "/v1/chat/completions", content=body(),
-                          headers={**auth("env-key"), "content-type": "application/json"})
+    response = httpx.post(
+        locked.url + "/v1/chat/completions",
+        content=body(),
+        headers={**auth("env-key"), "content-type": "application/json"},
+    )
     assert response.status_code == 413
 
 
@@ -126,15 +152,22 @@ def test_request_id_reaches_triton_and_every_log_line_and_no_prompt_is_logged(lo
     request_id = f"req-{uuid.uuid4().hex[:12]}"
     secret = f"secret-prompt-{uuid.uuid4().hex}"
     script = json.dumps({"echo_inputs": True, "responses": [{"utf8": [secret]}]})
-    response = httpx.post(locked.url + "/v1/completions", json={"model": SCRIPTED, "prompt": script},
-                          headers={**auth("env-key"), "X-Request-Id": request_id}, timeout=30)
+    response = httpx.post(
+        locked.url + "/v1/completions",
+        json={"model": SCRIPTED, "prompt": script},
+        headers={**auth("env-key"), "X-Request-Id": request_id},
+        timeout=30,
+    )
     assert response.headers["x-request-id"] == request_id
     assert response.status_code == 200, response.text
     echoed = json.loads(response.json()["choices"][0]["text"])
     assert echoed["request_id"] == request_id
     log = Path(locked.log).read_text()
-    access = [json.loads(line.split("] ", 1)[1]) for line in log.splitlines()
-              if "gateway.access" in line and request_id in line]
+    access = [
+        json.loads(line.split("] ", 1)[1])
+        for line in log.splitlines()
+        if "gateway.access" in line and request_id in line
+    ]
     assert access and access[-1]["status"] == 200 and access[-1]["model"] == SCRIPTED
     assert all(f"[{request_id}]" in line for line in log.splitlines() if request_id in line)
     assert secret not in log
@@ -150,7 +183,7 @@ def test_generated_request_id_when_none_or_invalid(gateway: GatewayProcess) -> N
 def _samples(text: str, name: str) -> dict[str, float]:
     out = {}
     for line in text.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
+        if line.startswith((name + "{", name + " ")):
             key, _, value = line.rpartition(" ")
             out[key] = float(value)
     return out
@@ -158,33 +191,73 @@ def _samples(text: str, name: str) -> dict[str, float]:
 
 def test_metrics_move_as_requests_pass(gateway: GatewayProcess, client: openai.OpenAI) -> None:
     before = httpx.get(gateway.url + "/metrics").text
-    client.chat.completions.create(model=f"{MODEL}:alpha", messages=[{"role": "user", "content": "x"}], max_tokens=3,
-                                   stream=True, extra_body={"ignore_eos": True}).close()
-    list(client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}], max_tokens=3,
-                                        stream=True, extra_body={"ignore_eos": True}))
+    client.chat.completions.create(
+        model=f"{MODEL}:alpha",
+        messages=[{"role": "user", "content": "x"}],
+        max_tokens=3,
+        stream=True,
+        extra_body={"ignore_eos": True},
+    ).close()
+    list(
+        client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "x"}],
+            max_tokens=3,
+            stream=True,
+            extra_body={"ignore_eos": True},
+        )
+    )
     after = httpx.get(gateway.url + "/metrics").text
     key = f'gateway_requests_total{{adapter="",endpoint="chat",model="{MODEL}",status="200",stream="true"}}'
     assert _samples(after, "gateway_requests_total")[key] == _samples(before, "gateway_requests_total").get(key, 0) + 1
     tokens = f'gateway_completion_tokens_total{{adapter="",model="{MODEL}"}}'
-    assert _samples(after, "gateway_completion_tokens_total")[tokens] >= \
-        _samples(before, "gateway_completion_tokens_total").get(tokens, 0) + 3
-    for name in ("gateway_time_to_first_token_seconds_count", "gateway_inter_token_latency_seconds_count",
-                 "gateway_request_duration_seconds_count", "gateway_request_prompt_tokens_count"):
+    assert (
+        _samples(after, "gateway_completion_tokens_total")[tokens]
+        >= _samples(before, "gateway_completion_tokens_total").get(tokens, 0) + 3
+    )
+    for name in (
+        "gateway_time_to_first_token_seconds_count",
+        "gateway_inter_token_latency_seconds_count",
+        "gateway_request_duration_seconds_count",
+        "gateway_request_prompt_tokens_count",
+    ):
         assert sum(_samples(after, name).values()) > sum(_samples(before, name).values()), name
     assert f'vllm:num_requests_running{{model_name="{MODEL}"}}' in after
     assert f'vllm:num_requests_waiting{{model_name="{MODEL}"}}' in after
     assert "vllm:lora_requests_info{" in after and 'max_lora="2"' in after  # tiny-llm serves alpha and beta
 
 
+def _lora_info(metrics: str, model: str) -> str:
+    return next(
+        line
+        for line in metrics.splitlines()
+        if line.startswith("vllm:lora_requests_info{") and f'model_name="{model}"' in line
+    )
+
+
 @pytest.mark.anyio
-async def test_lora_info_shows_running_adapters(gateway: GatewayProcess) -> None:
-    body = {"model": f"{MODEL}:beta", "messages": [{"role": "user", "content": "x"}], "max_tokens": 1500,
-            "stream": True, "ignore_eos": True}
-    async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as http:
-        async with http.stream("POST", "/v1/chat/completions", json=body) as response:
-            async for _ in response.aiter_lines():
-                break
-            metrics = (await http.get("/metrics")).text
-    line = next(line for line in metrics.splitlines() if line.startswith("vllm:lora_requests_info{")
-                and f'model_name="{MODEL}"' in line)
-    assert 'running_lora_adapters="beta"' in line
+async def test_lora_info_shows_running_adapters(triton: TritonServer, tmp_path: Path) -> None:
+    """The stream must provably still run while the metrics are read: a scripted model holds its
+    second response back for a minute, and the gateway's model files give that model an adapter
+    "beta" (the gateway lists adapters from ``multi_lora.json``; the scripted model ignores
+    ``lora_name``). A gateway of its own, so no other test's request shows up in the label."""
+    version = tmp_path / "repository" / SCRIPTED / "1"
+    version.mkdir(parents=True)
+    (version / "multi_lora.json").write_text(json.dumps({"beta": "unused"}))
+    gateway = start_gateway(triton.grpc_url, tmp_path / "gateway.log", "--model-repository", str(version.parents[1]))
+    script = json.dumps({"responses": [{"utf8": ["first "]}, {"utf8": ["never"], "delay": 60}]})
+    body = {"model": f"{SCRIPTED}:beta", "prompt": script, "stream": True}
+    try:
+        async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as http:
+            async with http.stream("POST", "/v1/completions", json=body) as response:
+                async for line in response.aiter_lines():
+                    if '"first "' in line:
+                        break
+                running = _lora_info((await http.get("/metrics")).text, SCRIPTED)
+                assert 'running_lora_adapters="beta"' in running and 'max_lora="1"' in running, running
+            # the client left: the gateway cancels the generation and gives the slot back
+            assert wait_for(
+                lambda: 'running_lora_adapters=""' in _lora_info(httpx.get(gateway.url + "/metrics").text, SCRIPTED)
+            )
+    finally:
+        stop_gateway(gateway)
