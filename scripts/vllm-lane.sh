@@ -65,11 +65,9 @@ install() {
     echo "vllm lane: installed in $((SECONDS - start)) s"
 }
 
+# The gateway is an editable install of this checkout, so code changes need no reinstall.
 if [ ! -f "$VENV/.recipe" ] || [ "$(cat "$VENV/.recipe")" != "$RECIPE" ]; then
     install
-else
-    # The editable install points at this checkout; refresh it cheaply in case pyproject changed.
-    "$VENV/bin/python" -m pip install --disable-pip-version-check -q --no-deps -e . >> "$LOG" 2>&1
 fi
 
 if [ -n "${VLLM_LANE_INSTALL_ONLY:-}" ]; then
