@@ -1,0 +1,205 @@
+"""The vLLM lane's processes: a model repository for Triton's real vLLM backend, and the three
+servers of the comparison (tritonserver + gateway, vLLM's own OpenAI server).
+
+The backend's code is NVIDIA's, kept outside the project at ``../shared/peers/triton-vllm-backend``
+(beside the clone); the generated repository links to it instead of copying it. Both engines load
+the project's shipped weights, so the same request must give the same tokens on both sides.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import sysconfig
+import time
+import venv
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from gateway.triton_launcher import TritonServer, free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+PEER = (ROOT.parent / "shared" / "peers" / "triton-vllm-backend").resolve()
+WEIGHTS = ROOT / "triton_models" / "weights" / "tiny-llm"
+ADAPTERS = {name: ROOT / "triton_models" / "weights" / "lora" / name for name in ("alpha", "beta")}
+MODEL = "tiny-llm"
+MAX_MODEL_LEN = 2048
+MAX_LOGPROBS = 20
+ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}
+"""GB of KV cache per engine: vLLM's CPU default would take a large share of the shared RAM."""
+
+# Engine arguments both sides get; vLLM's server takes them as flags, the backend from model.json.
+ENGINE_ARGS: dict[str, object] = {
+    "dtype": "float32",
+    "enforce_eager": True,
+    "max_model_len": MAX_MODEL_LEN,
+    "max_logprobs": MAX_LOGPROBS,
+    "enable_lora": True,
+    "max_lora_rank": 8,
+    "seed": 0,
+}
+
+# The inputs and outputs the backend's auto_complete_config would declare. They are written out
+# because TritonServer always runs tritonserver with --disable-auto-complete-config (and a later
+# --strict-model-config=false does not undo it in Triton 2.51).
+_INPUTS = [
+    ("text_input", "TYPE_STRING", "[1]", False),
+    ("image", "TYPE_STRING", "[-1]", True),
+    ("stream", "TYPE_BOOL", "[1]", True),
+    ("sampling_parameters", "TYPE_STRING", "[1]", True),
+    ("exclude_input_in_output", "TYPE_BOOL", "[1]", True),
+    ("return_finish_reason", "TYPE_BOOL", "[1]", True),
+    ("return_cumulative_logprob", "TYPE_BOOL", "[1]", True),
+    ("return_logprobs", "TYPE_BOOL", "[1]", True),
+    ("return_num_input_tokens", "TYPE_BOOL", "[1]", True),
+    ("return_num_output_tokens", "TYPE_BOOL", "[1]", True),
+    ("embedding_request", "TYPE_STRING", "[1]", True),
+]
+_OUTPUTS = [
+    ("text_output", "TYPE_STRING", "[-1]"),
+    ("finish_reason", "TYPE_STRING", "[-1]"),
+    ("cumulative_logprob", "TYPE_FP32", "[-1]"),
+    ("logprobs", "TYPE_STRING", "[-1]"),
+    ("num_input_tokens", "TYPE_UINT32", "[1]"),
+    ("num_output_tokens", "TYPE_UINT32", "[-1]"),
+]
+CONFIG_PBTXT = (
+    'backend: "python"\n'
+    "max_batch_size: 0\n"
+    "model_transaction_policy { decoupled: true }\n"
+    "instance_group [ { count: 1, kind: KIND_MODEL } ]\n"
+    + "".join(
+        f'input {{ name: "{n}" data_type: {t} dims: {d} optional: {str(o).lower()} }}\n' for n, t, d, o in _INPUTS
+    )
+    + "".join(f'output {{ name: "{n}" data_type: {t} dims: {d} }}\n' for n, t, d in _OUTPUTS)
+)
+
+# Triton 2.51's python stub runs an isolated interpreter (no PYTHONPATH, no user site) that
+# starts with LC_CTYPE=C, and importing vLLM (torch inductor) then dies on a non-ASCII file. The
+# stub finds its prefix through `python3` on PATH, so the lane points PATH at a throwaway venv
+# whose site-packages holds this sitecustomize and a .pth to the lane venv's packages.
+SITECUSTOMIZE = """\
+import locale
+
+try:
+    locale.setlocale(locale.LC_CTYPE, "C.UTF-8")
+except locale.Error:
+    pass
+"""
+
+
+def build_repository(where: Path) -> Path:
+    """A Triton model repository serving the shipped tiny-llm through the real vLLM backend."""
+    version = where / MODEL / "1"
+    version.mkdir(parents=True)
+    (where / MODEL / "config.pbtxt").write_text(CONFIG_PBTXT)
+    (version / "model.py").symlink_to(PEER / "model.py")
+    (version / "utils").symlink_to(PEER / "utils", target_is_directory=True)
+    # Absolute paths: vLLM resolves relative ones against its working directory.
+    engine = {"model": str(WEIGHTS), **ENGINE_ARGS}
+    (version / "model.json").write_text(json.dumps(engine, indent=2))
+    (version / "multi_lora.json").write_text(json.dumps({k: str(v) for k, v in ADAPTERS.items()}, indent=2))
+    return where
+
+
+def _stub_environment(where: Path) -> Path:
+    """The throwaway venv the stub runs in (see SITECUSTOMIZE); returns its bin directory."""
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(where)
+    purelib = Path(sysconfig.get_paths(vars={"base": str(where), "platbase": str(where)})["purelib"])
+    (purelib / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    (purelib / "vllm-lane.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return where / "bin"
+
+
+def start_triton(repository: Path, workdir: Path) -> TritonServer:
+    """tritonserver with the lane's stub fixes; the caller stops it."""
+    stub_bin = _stub_environment(workdir / "stub-venv")
+    server = TritonServer(
+        repository,
+        log_file=workdir / "tritonserver.log",
+        ready_timeout=300.0,
+        extra_env={**ENGINE_ENV, "PATH": os.pathsep.join((str(stub_bin), os.environ.get("PATH", "")))},
+    )
+    return server.start()
+
+
+@dataclass
+class Server:
+    """A server process of the lane (the gateway or vLLM's own), started in its own session."""
+
+    name: str
+    url: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+    def wait_ready(self, path: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{self.name} exited during startup:\n{self.log_tail()}")
+            try:
+                if httpx.get(self.url + path, timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"{self.name} not ready after {timeout:.0f}s:\n{self.log_tail()}")
+
+    def stop(self, grace: float = 20.0) -> None:
+        """SIGTERM to the whole process group (vLLM's engine core is a child), then SIGKILL."""
+        if self.process.poll() is not None:
+            return
+        try:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            self.process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        except ProcessLookupError:
+            pass
+
+
+def _spawn(name: str, command: list[str], log: Path, env: dict[str, str]) -> Server:
+    port = free_port()
+    command = [*command, "--port", str(port)]
+    with open(log, "ab") as handle:
+        process = subprocess.Popen(  # noqa: S603 - our interpreter, our arguments
+            command,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **env},
+            cwd=ROOT,
+            start_new_session=True,
+        )
+    return Server(name, f"http://127.0.0.1:{port}", process, log)
+
+
+def spawn_vllm(log: Path) -> Server:
+    """vLLM's OpenAI server on the same weights and engine arguments (not waited for)."""
+    flags: list[str] = []
+    for key, value in ENGINE_ARGS.items():
+        flag = "--" + key.replace("_", "-")
+        flags.extend([flag] if value is True else [flag, str(value)])
+    loras = [f"{name}={path}" for name, path in ADAPTERS.items()]
+    command = [
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(WEIGHTS), "--served-model-name", MODEL, "--host", "127.0.0.1",
+        *flags, "--lora-modules", *loras,
+    ]  # fmt: skip
+    return _spawn("vllm", command, log, ENGINE_ENV)
+
+
+def spawn_gateway(triton_url: str, repository: Path, log: Path) -> Server:
+    command = [
+        sys.executable, "-m", "gateway", "--triton-url", triton_url, "--model-repository", str(repository),
+        "--log-level", "info",
+    ]  # fmt: skip
+    return _spawn("gateway", command, log, {})

@@ -1,0 +1,252 @@
+"""The gateway over Triton's real vLLM backend answers as vLLM's own OpenAI server does.
+
+Same weights, same engine arguments, greedy decoding (or a fixed seed): the generated tokens are
+the same on both sides, so text, finish reasons, usage and logprobs are compared exactly (floats to
+1e-4). The tiny model's weights are random, so its text is gibberish, often with multi-byte
+characters split across tokens: good for catching UTF-8 and offset bugs.
+"""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import openai
+import pytest
+
+from tests.vllm_lane.compare import (
+    both,
+    chat,
+    chat_stream,
+    close_logprobs,
+    completion,
+    completion_stream,
+    messages,
+    status_of,
+)
+
+GREEDY = {"temperature": 0}
+PROMPTS = ["Hello there", "Once upon a time", "What is 2+2?"]
+EOS_PROMPT = "a"
+"""A chat prompt the tiny model answers with EOS after 8 tokens under greedy decoding."""
+
+
+def test_models_lists_the_base_model_and_each_adapter(gw: openai.OpenAI, vl: openai.OpenAI) -> None:
+    gateway_ids = sorted(m.id for m in gw.models.list())
+    vllm_ids = sorted(m.id for m in vl.models.list())
+    assert vllm_ids == ["alpha", "beta", "tiny-llm"]
+    assert gateway_ids == ["tiny-llm", "tiny-llm:alpha", "tiny-llm:beta"]
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_chat_matches(gw: openai.OpenAI, vl: openai.OpenAI, prompt: str) -> None:
+    ours, theirs = both(chat, gw, vl, messages=messages(prompt), max_tokens=24, **GREEDY)
+    assert ours == theirs
+    assert ours.finish_reasons == ("length",)
+    assert ours.usage is not None and ours.usage[1] == 24
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_completion_matches(gw: openai.OpenAI, vl: openai.OpenAI, prompt: str) -> None:
+    ours, theirs = both(completion, gw, vl, prompt=prompt, max_tokens=24, **GREEDY)
+    assert ours == theirs
+    assert ours.finish_reasons == ("length",)
+
+
+def test_chat_stream_matches_and_equals_the_non_streamed_answer(gw: openai.OpenAI, vl: openai.OpenAI) -> None:
+    (ours, our_pieces), (theirs, _) = both(
+        chat_stream, gw, vl, messages=messages("Hello there"), max_tokens=24, **GREEDY
+    )
+    assert ours == theirs
+    assert ours == both(chat, gw, vl, messages=messages("Hello there"), max_tokens=24, **GREEDY)[0]
+    assert len(our_pieces) > 1
+
+
+def test_completion_stream_matches(gw: openai.OpenAI, vl: openai.OpenAI) -> None:
+    ours, theirs = both(completion_stream, gw, vl, prompt="Once upon a time", max_tokens=24, **GREEDY)
+    assert ours == theirs
+    assert ours.texts == both(completion, gw, vl, prompt="Once upon a time", max_tokens=24, **GREEDY)[0].texts
+
+
+def test_chat_finish_reason_stop_at_eos(gw: openai.OpenAI, vl: openai.OpenAI) -> None:
+    ours, theirs = both(chat, gw, vl, messages=messages(EOS_PROMPT), max_tokens=64, **GREEDY)
+    assert ours == theirs
+    assert ours.finish_reasons == ("stop",)
+    assert ours.usage is not None and ours.usage[1] < 64  # the EOS token counts on both sides
+    (streamed, _), (theirs_streamed, _) = both(
+        chat_stream, gw, vl, messages=messages(EOS_PROMPT), max_tokens=64, **GREEDY
+    )
+    assert streamed == theirs_streamed == ours
+
+
+def test_ignore_eos_runs_to_max_tokens(gw: openai.OpenAI, vl: openai.OpenAI) -> None:
+    ours, theirs = both(
+        chat, gw, vl, messages=messages(EOS_PROMPT), max_tokens=20, extra_body={"ignore_eos": True}, **GREEDY
+    )
+    assert ours == theirs
+    assert ours.finish_reasons == ("length",)
+
+
+@pytest.mark.parametrize("include", [False, True])
+@pytest.mark.parametrize("stream", [False, True])
+def test_stop_string(gw: openai.OpenAI, vl: openai.OpenAI, stream: bool, include: bool) -> None:
+    # A stop string taken from the middle of the unstopped greedy answer.
+    full = completion(vl, None, lambda _: "tiny-llm", prompt="Once upon a time", max_tokens=32, **GREEDY).texts[0]
+    stop = full[len(full) // 2 : len(full) // 2 + 3]
+    call = completion_stream if stream else completion
+    extra = {"include_stop_str_in_output": True} if include else {}
+    ours, theirs = both(call, gw, vl, prompt="Once upon a time", max_tokens=32, stop=[stop], extra_body=extra, **GREEDY)
+    assert ours == theirs
+    assert ours.finish_reasons == ("stop",)
+    assert ours.texts[0].endswith(stop) if include else stop not in ours.texts[0]
+
+
+def test_chat_stop_string_streamed(gw: openai.OpenAI, vl: openai.OpenAI) -> None:
+    full = chat(vl, None, lambda _: "tiny-llm", messages=messages("Hello there"), max_tokens=24, **GREEDY).texts[0]
+    stop = full[8:11]
+    (ours, _), (theirs, _) = both(
+        chat_stream, gw, vl, messages=messages("Hello there"), max_tokens=24, stop=stop, **GREEDY
+    )
+    assert ours == theirs
+    assert ours.finish_reasons == ("stop",)
+
+
+def test_stop_token_ids(gw: openai.OpenAI, vl: openai.OpenAI) -> None:
+    # Stop on the id of the 5th greedy token.
+    raw = httpx.post(
+        str(vl.base_url) + "completions",
+        json={
+            "model": "tiny-llm",
+            "prompt": "Once upon a time",
+            "max_tokens": 8,
+            "temperature": 0,
+            "return_token_ids": True,
+        },
+        timeout=60,
+    ).json()
+    token_ids = raw["choices"][0]["token_ids"]
+    ours, theirs = both(
+        completion,
+        gw,
+        vl,
+        prompt="Once upon a time",
+        max_tokens=8,
+        extra_body={"stop_token_ids": [token_ids[4]]},
+        **GREEDY,
+    )
+    assert ours == theirs
+    assert ours.finish_reasons == ("stop",)
+
+
+def test_min_tokens_holds_back_eos(gw: openai.OpenAI, vl: openai.OpenAI) -> None:
+    ours, theirs = both(
+        chat, gw, vl, messages=messages(EOS_PROMPT), max_tokens=30, extra_body={"min_tokens": 12}, **GREEDY
+    )
+    assert ours == theirs
+    assert ours.usage is not None and ours.usage[1] >= 12
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_chat_logprobs(gw: openai.OpenAI, vl: openai.OpenAI, stream: bool) -> None:
+    kwargs = {"messages": messages("Hello there"), "max_tokens": 12, "logprobs": True, "top_logprobs": 3, **GREEDY}
+    if stream:
+        (ours, _), (theirs, _) = both(chat_stream, gw, vl, **kwargs)
+        lp_ours, lp_theirs = ours.logprobs[0], theirs.logprobs[0]
+    else:
+        ours, theirs = both(chat, gw, vl, **kwargs)
+        lp_ours, lp_theirs = ours.logprobs[0]["content"], theirs.logprobs[0]["content"]
+    assert ours.texts == theirs.texts
+    assert len(lp_ours) == 12
+    assert close_logprobs(lp_ours, lp_theirs), (lp_ours, lp_theirs)
+
+
+def test_completion_logprobs(gw: openai.OpenAI, vl: openai.OpenAI) -> None:
+    ours, theirs = both(completion, gw, vl, prompt="Once upon a time", max_tokens=12, logprobs=3, **GREEDY)
+    assert ours.texts == theirs.texts
+    assert close_logprobs(ours.logprobs, theirs.logprobs), (ours.logprobs, theirs.logprobs)
+
+
+@pytest.mark.parametrize("adapter", ["alpha", "beta"])
+def test_lora_adapter_by_model_id(gw: openai.OpenAI, vl: openai.OpenAI, adapter: str) -> None:
+    ours, theirs = both(chat, gw, vl, adapter, messages=messages("Hello there"), max_tokens=24, **GREEDY)
+    assert ours == theirs
+    base = chat(vl, None, lambda _: "tiny-llm", messages=messages("Hello there"), max_tokens=24, **GREEDY)
+    assert ours.texts != base.texts  # the adapter is applied, not ignored
+    # vLLM clients name the adapter bare; the gateway accepts that too.
+    bare = chat(gw, adapter, lambda a: str(a), messages=messages("Hello there"), max_tokens=24, **GREEDY)
+    assert bare == ours
+
+
+def test_lora_adapter_streamed_completion(gw: openai.OpenAI, vl: openai.OpenAI) -> None:
+    ours, theirs = both(completion_stream, gw, vl, "alpha", prompt="Once upon a time", max_tokens=24, **GREEDY)
+    assert ours == theirs
+
+
+def test_seeded_sampling_matches(gw: openai.OpenAI, vl: openai.OpenAI) -> None:
+    kwargs = {"messages": messages("Hello there"), "max_tokens": 24, "temperature": 1.0, "top_p": 0.9, "seed": 1234}
+    ours, theirs = both(chat, gw, vl, **kwargs)
+    assert ours == theirs
+    assert ours != both(chat, gw, vl, **{**kwargs, "seed": 4321})[0]
+
+
+def test_json_object(gw: openai.OpenAI, vl: openai.OpenAI) -> None:
+    ours, theirs = both(
+        chat,
+        gw,
+        vl,
+        messages=messages("Give me JSON"),
+        max_tokens=48,
+        response_format={"type": "json_object"},
+        **GREEDY,
+    )
+    assert ours == theirs
+    assert ours.texts[0].lstrip().startswith("{")
+
+
+def test_json_schema(gw: openai.OpenAI, vl: openai.OpenAI) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"n": {"type": "integer"}, "ok": {"type": "boolean"}},
+        "required": ["n", "ok"],
+        "additionalProperties": False,
+    }
+    response_format = {"type": "json_schema", "json_schema": {"name": "thing", "schema": schema, "strict": True}}
+    ours, theirs = both(
+        chat, gw, vl, messages=messages("Give me JSON"), max_tokens=64, response_format=response_format, **GREEDY
+    )
+    assert ours == theirs
+    if ours.finish_reasons == ("stop",):
+        value = json.loads(ours.texts[0])
+        assert set(value) == {"n", "ok"}
+
+
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        ({"model": "no-such-model"}, 404),
+        ({"temperature": -1}, 400),
+        ({"top_p": 0}, 400),
+        ({"top_p": 1.5}, 400),
+        ({"max_tokens": 0}, 400),
+        ({"top_logprobs": 30, "logprobs": True}, 400),
+        ({"messages": []}, 400),
+        ({"max_tokens": 5000}, 400),
+    ],
+    ids=["unknown-model", "negative-temperature", "top-p-zero", "top-p-above-one", "max-tokens-zero",
+         "too-many-top-logprobs", "no-messages", "max-tokens-over-context"],
+)  # fmt: skip
+def test_chat_client_errors_have_vllms_status(gw: openai.OpenAI, vl: openai.OpenAI, body: dict, status: int) -> None:
+    request = {"model": "tiny-llm", "messages": messages("hi"), "max_tokens": 4, **body}
+    assert status_of(lambda: gw.chat.completions.create(**request)) == status
+    assert status_of(lambda: vl.chat.completions.create(**request)) == status
+
+
+def test_unknown_adapter_is_404_on_both(gw: openai.OpenAI, vl: openai.OpenAI) -> None:
+    assert status_of(lambda: gw.chat.completions.create(model="tiny-llm:gamma", messages=messages("hi"))) == 404
+    assert status_of(lambda: vl.chat.completions.create(model="gamma", messages=messages("hi"))) == 404
+
+
+def test_prompt_over_context_is_400_on_both(gw: openai.OpenAI, vl: openai.OpenAI) -> None:
+    request = {"model": "tiny-llm", "prompt": "hello " * 3000, "max_tokens": 5}
+    assert status_of(lambda: gw.completions.create(**request)) == 400
+    assert status_of(lambda: vl.completions.create(**request)) == 400
