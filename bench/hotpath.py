@@ -89,8 +89,8 @@ class _OneConnection:
     def __init__(self, connection: GrpcConnection) -> None:
         self._connection = connection
 
-    async def open(self, path: bytes, message: bytes, parse: Any) -> Any:
-        return await self._connection.open(path, message, parse)
+    async def open(self, path: bytes, message: bytes, parse: Any, deadline: float | None = None) -> Any:
+        return await self._connection.open(path, message, parse, deadline)
 
     async def close(self) -> None:
         pass

@@ -143,7 +143,11 @@ def triton_tls(settings: Settings) -> TritonTLS | None:
 def create_app(settings: Settings, backend: Backend | None = None) -> FastAPI:
     """Build the app. ``backend`` defaults to a ``TritonBackend`` on ``settings.triton_url``."""
     the_backend: Backend = backend or TritonBackend(
-        settings.triton_url, keepalive_ms=settings.grpc_keepalive_ms, tls=triton_tls(settings)
+        settings.triton_url,
+        keepalive_ms=settings.grpc_keepalive_ms,
+        keepalive_timeout_ms=settings.grpc_keepalive_timeout_ms,
+        max_message_bytes=settings.grpc_max_message_bytes,
+        tls=triton_tls(settings),
     )
     catalog = ModelCatalog(the_backend, settings.model_repository, settings.model_refresh_interval)
     admission = Admission(lambda model: settings.limits_for(model)[:2], settings.queue_timeout)
