@@ -30,6 +30,9 @@ def grpc_message(payload: bytes) -> bytes:
 class Peer(asyncio.Protocol):
     """Server side of one connection."""
 
+    ack_data = True
+    """Give received request bytes back to the client's send window (False: only what a test does)."""
+
     def __init__(self, script: Script, chop: int | None) -> None:
         self.h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding=None))
         self.script = script
@@ -59,7 +62,8 @@ class Peer(asyncio.Protocol):
                 self.bodies[event.stream_id] = b""
             elif isinstance(event, h2.events.DataReceived):
                 self.bodies[event.stream_id] += event.data
-                self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                if self.ack_data:
+                    self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
             elif isinstance(event, h2.events.StreamEnded):
                 task = asyncio.ensure_future(self.script(self, event.stream_id, self.bodies[event.stream_id][5:]))
                 self.tasks.add(task)
@@ -111,14 +115,15 @@ class Peer(asyncio.Protocol):
 class Server:
     """A listening peer: every connection gets its own ``Peer``."""
 
-    def __init__(self, script: Script, chop: int | None = None) -> None:
+    def __init__(self, script: Script, chop: int | None = None, peer: type[Peer] = Peer) -> None:
         self.script = script
         self.chop = chop
+        self.peer = peer
         self.peers: list[Peer] = []
         self.server: asyncio.Server | None = None
 
     def factory(self) -> Peer:
-        self.peers.append(Peer(self.script, self.chop))
+        self.peers.append(self.peer(self.script, self.chop))
         return self.peers[-1]
 
     async def start(self, port: int = 0, ssl_context: ssl.SSLContext | None = None) -> str:
@@ -135,11 +140,11 @@ class Server:
 
 @asynccontextmanager
 async def serve(
-    script: Script, chop: int | None = None, keepalive: Keepalive | None = None
+    script: Script, chop: int | None = None, keepalive: Keepalive | None = None, peer: type[Peer] = Peer, **kwargs: Any
 ) -> AsyncIterator[tuple[GrpcConnection, list[Peer]]]:
-    server = Server(script, chop)
+    server = Server(script, chop, peer)
     target = await server.start()
-    connection = await connect(target, keepalive=keepalive)
+    connection = await connect(target, keepalive=keepalive, **kwargs)
     try:
         yield connection, server.peers
     finally:

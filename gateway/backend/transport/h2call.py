@@ -2,9 +2,10 @@
 the gRPC status, and the consumer's batches.
 
 The per-token case is one DATA frame carrying one whole message: it is parsed straight from the
-frame's bytes. A message split over frames is gathered in a ``bytearray`` (appends are amortised
-O(1)) and parsed once it is complete, so a message of n bytes costs O(n) however it is cut, and
-one larger than ``max_message_bytes`` ends the call before it is buffered.
+frame's bytes. A message split over frames is gathered as a list of the frames' pieces and joined
+once, when it is complete, so a message of n bytes costs O(n) however it is cut (one copy: fresh
+memory, whose page faults are most of the cost), and one larger than ``max_message_bytes`` ends the
+call as soon as its 5-byte prefix is in, before anything is buffered.
 
 Flow control: the connection gives the connection-level window back as bytes arrive, so no call
 can stall the others; this call's stream window is given back only as its consumer takes the
@@ -64,7 +65,8 @@ class StreamCall(Generic[T]):
         "_max",
         "_items",
         "_waiter",
-        "_partial",
+        "_parts",
+        "_head",
         "_need",
         "_held",
         "_unacked",
@@ -80,10 +82,10 @@ class StreamCall(Generic[T]):
         self._max = max_message_bytes
         self._items: list[T] = []
         self._waiter: asyncio.Future[None] | None = None
-        self._partial: bytearray | None = None
-        """The start of a message still arriving; ``_need`` is its whole size with the 5-byte
-        prefix (5 while the prefix itself is incomplete)."""
-        self._need = 0
+        self._parts: list[bytes | memoryview] | None = None
+        """The pieces of a message still arriving (None when there is none; see ``_gather``)."""
+        self._head = b""
+        self._need = -1
         self._held = 0
         """Flow-controlled bytes of messages the consumer has not taken yet."""
         self._unacked = 0
@@ -94,56 +96,76 @@ class StreamCall(Generic[T]):
 
     # -- the connection's side ----------------------------------------------------------------
 
-    def _data(self, data: bytes, length: int) -> None:
-        """A DATA frame's payload (``length``: its flow-controlled size, padding included)."""
+    def _data(self, data: bytes | memoryview, length: int) -> None:
+        """A DATA frame's payload (``length``: its flow-controlled size, padding included); a
+        view for a large frame, kept as it is only while a message is gathered."""
         if self._done:
             return
-        partial = self._partial
-        if partial is not None:
-            partial += data
-            if len(partial) < self._need or not self._measure(partial):
-                self._connection._release(self, length)
-                return
-            data, self._partial = bytes(partial), None
         end, size = 0, len(data)
         try:
+            if self._parts is not None:
+                end = self._gather(data)
+                if end < 0:  # the message goes on in the next frames: nothing to hold for the consumer
+                    self._connection._release(self, length)
+                    return
+            if type(data) is memoryview:
+                data = data.tobytes()
             while size - end >= 5:
                 length_field = int.from_bytes(data[end + 1 : end + 5], "big")
                 start = end + 5
-                if length_field > self._max:
-                    raise self._too_large(length_field)
                 if size < start + length_field:
                     break
                 if data[end]:
                     raise CallError(INTERNAL, "compressed gRPC message, but no compression was negotiated")
+                if length_field > self._max:
+                    raise self._too_large(length_field)
                 end = start + length_field
                 self._items.append(self._parse(data[start:end]))
+            if end < size:  # the start of a message that goes on in the next frames
+                self._parts, self._head, self._need = [], b"", -1
+                self._gather(data[end:] if end else data)
         except Exception as exc:  # noqa: BLE001 - a parse failure or an in-stream error ends this call only
-            self._partial = None
+            self._parts = None
             self._finish(exc)
             self._connection.cancel(self)
             return
-        if end < size:  # the start of a message: its size, if known, was checked in the loop
-            partial = self._partial = bytearray(memoryview(data)[end:])
-            self._need = 5 + int.from_bytes(partial[1:5], "big") if len(partial) >= 5 else 5
         if self._items:
             self._held += length
             self._wake()
         else:
             self._connection._release(self, length)
 
-    def _measure(self, partial: bytearray) -> bool:
-        """Learn the size of the message being gathered once its prefix is in; True when it is
-        complete. Ends the call (False) when the message is over the size limit."""
-        if self._need == 5 and len(partial) >= 5:
-            size = int.from_bytes(partial[1:5], "big")
+    def _gather(self, data: bytes | memoryview) -> int:
+        """Add ``data`` to the message being gathered: its 5-byte prefix in ``_head`` until
+        complete (``_need`` < 0), then its bytes in ``_parts`` (``_need``: how many are missing).
+        Once it is whole it is joined (one copy) and parsed; returns where it ended in ``data``,
+        or -1 while it is still incomplete."""
+        parts = self._parts
+        assert parts is not None
+        pos = 0
+        if self._need < 0:
+            head = self._head + data[: 5 - len(self._head)]
+            pos = len(head) - len(self._head)
+            if len(head) < 5:
+                self._head = head
+                return -1
+            self._head = b""
+            if head[0]:
+                raise CallError(INTERNAL, "compressed gRPC message, but no compression was negotiated")
+            size = int.from_bytes(head[1:5], "big")
             if size > self._max:
-                self._partial = None
-                self._finish(self._too_large(size))
-                self._connection.cancel(self)
-                return False
-            self._need = 5 + size
-        return len(partial) >= self._need
+                raise self._too_large(size)
+            self._need = size
+        missing, available = self._need, len(data) - pos
+        if available < missing:
+            if available:
+                parts.append(data[pos:] if pos else data)
+            self._need = missing - available
+            return -1
+        parts.append(data[pos : pos + missing])
+        self._parts = None
+        self._items.append(self._parse(b"".join(parts)))  # a lone bytes part is not copied
+        return pos + missing
 
     def _too_large(self, size: int) -> CallError:
         return CallError(

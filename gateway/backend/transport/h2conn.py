@@ -66,6 +66,9 @@ _STREAM_WINDOW = 4 * 1024 * 1024
 _CONNECTION_WINDOW = 16 * 1024 * 1024
 """Receive window of the connection, given back as bytes arrive whatever the calls do with them."""
 
+_LARGE_FRAME = 4096
+"""A DATA frame at least this large is handed to its call as a view (a token's frame is ~200 B)."""
+
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 
@@ -189,8 +192,10 @@ class GrpcConnection(asyncio.Protocol):
                     start = pos + 9
                     if flags & _PADDED:
                         call._data(data[start + 1 : end - data[start]], length)
-                    else:
+                    elif length < _LARGE_FRAME:
                         call._data(data[start:end], length)
+                    else:  # likely a piece of a large message: gathered without a copy
+                        call._data(memoryview(data)[start:end], length)
                 if flags & _END_STREAM and not self._control(_EMPTY_END_STREAM + data[pos + 5 : pos + 9]):
                     return
             elif not self._control(data[pos:end]):
