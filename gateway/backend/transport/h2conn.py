@@ -409,7 +409,7 @@ class GrpcConnection(asyncio.Protocol):
         calls, self._calls = self._calls, {}
         unsent, self._unsent = self._unsent, {}
         for sid, call in calls.items():
-            call._finish(CallError(error.code, error.details, retryable=sid in unsent) if sid in unsent else error)
+            call._finish(CallError(error.code, error.details, retryable=True) if sid in unsent else error)
 
     def _goaway(self, event: h2.events.ConnectionTerminated) -> bool:
         """The server is leaving. Calls above its last stream id never started: they fail as
