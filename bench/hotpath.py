@@ -9,7 +9,14 @@ our own per-token calls without the sockets' noise. Its µs/token is *part* of t
 the socket write per chunk (~12-15 µs), the event-loop wake-ups, uvicorn and the per-request HTTP
 work.
 
+``--through-h2`` swaps in a variant of ``GrpcConnection.data_received`` that hands every frame,
+DATA included, to h2 (flow control by ``acknowledge_received_data``): the design the transport
+does not use, measured here so the choice can be checked again (docs/PERFORMANCE.md). The last
+line times the reassembly of one large message cut in 16 KiB frames (loop time of all the frames'
+``data_received``, fresh process memory included).
+
     .venv/bin/python bench/hotpath.py --requests 300 --tokens 64
+    .venv/bin/python bench/hotpath.py --through-h2
 """
 
 from __future__ import annotations
@@ -25,10 +32,13 @@ from typing import Any
 import h2.config
 import h2.connection
 import h2.events
+import h2.exceptions
 from tritonclient.grpc import service_pb2
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from gateway.backend.transport import h2conn
+from gateway.backend.transport.base import CANCELLED, UNAVAILABLE, CallError
 from gateway.backend.transport.h2 import GrpcConnection
 from gateway.backend.triton import TritonBackend
 from gateway.backend.types import BackendModel
@@ -89,8 +99,8 @@ class _OneConnection:
     def __init__(self, connection: GrpcConnection) -> None:
         self._connection = connection
 
-    async def open(self, path: bytes, message: bytes, parse: Any) -> Any:
-        return await self._connection.open(path, message, parse)
+    async def open(self, path: bytes, message: bytes, parse: Any, deadline: float | None = None) -> Any:
+        return await self._connection.open(path, message, parse, deadline)
 
     async def close(self) -> None:
         pass
@@ -168,12 +178,89 @@ async def run(requests: int, tokens: int) -> tuple[float, float]:
     return per_token, per_request
 
 
+def _data_received_through_h2(self: Any, data: bytes) -> None:
+    """Every frame through h2; a call's bytes are acknowledged to h2 once per 64 KiB."""
+    try:
+        events = self._h2.receive_data(data)
+    except h2.exceptions.ProtocolError as exc:
+        self._fail_all(CallError(UNAVAILABLE, str(exc)))
+        return
+    calls = self._calls
+    for event in events:
+        kind = type(event)
+        if kind is h2.events.DataReceived:
+            call = calls.get(event.stream_id)
+            if call is None:
+                self._h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                continue
+            call._data(event.data, 0)
+            call._unacked += event.flow_controlled_length
+            if call._unacked >= 65_536:
+                self._h2.acknowledge_received_data(call._unacked, event.stream_id)
+                call._unacked = 0
+        elif kind is h2.events.ResponseReceived or kind is h2.events.TrailersReceived:
+            call = calls.get(event.stream_id)
+            if call is not None:
+                call._headers(event.headers)
+        elif kind is h2.events.StreamEnded:
+            call = calls.pop(event.stream_id, None)
+            if call is not None:
+                call._ended()
+                self._release_slot()
+        elif kind is h2.events.StreamReset:
+            call = calls.pop(event.stream_id, None)
+            if call is not None:
+                call._finish(CallError(CANCELLED, "reset"))
+    self._flush()
+
+
+def _connection_made_through_h2(self: Any, transport: Any) -> None:
+    _connection_made(self, transport)
+    self._h2.increment_flow_control_window(self._connection_window - 65_535)
+    self._h2.data_to_send()  # already sent by the original: only h2's count of the window changes
+
+
+_connection_made = h2conn.GrpcConnection.connection_made
+
+
+async def reassembly(size: int) -> float:
+    """Milliseconds of loop time to receive one ``size``-byte message in 16 KiB frames."""
+    transport = _Transport()
+    connection = GrpcConnection("bench:1", "http", None, size + 1)
+    connection._stream_window = 2 * size  # the whole message in flight at once
+    connection.connection_made(transport)  # type: ignore[arg-type]
+    server = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding=None))
+    server.initiate_connection()
+    server.receive_data(b"".join(transport.out))
+    transport.out.clear()
+    call = await connection.open(b"/bench", b"", len)
+    server.receive_data(b"".join(transport.out))
+    transport.out.clear()
+    server.send_headers(call.stream_id, [(b":status", b"200"), (b"content-type", b"application/grpc")])
+    connection.data_received(server.data_to_send())
+    message = b"\x00" + size.to_bytes(4, "big") + b"m" * size
+    frames = []
+    for i in range(0, len(message), 16_384):
+        server.send_data(call.stream_id, message[i : i + 16_384])
+        frames.append(server.data_to_send())
+    started = time.perf_counter()
+    for frame in frames:
+        connection.data_received(frame)
+    elapsed = time.perf_counter() - started
+    assert await anext(call) == [size]
+    return elapsed * 1000
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--through-h2", action="store_true", help="DATA frames through h2 too (see above)")
     args = parser.parse_args()
+    if args.through_h2:
+        h2conn.GrpcConnection.data_received = _data_received_through_h2  # type: ignore[method-assign]
+        h2conn.GrpcConnection.connection_made = _connection_made_through_h2  # type: ignore[method-assign]
     results = [asyncio.run(run(args.requests, args.tokens)) for _ in range(args.rounds)]
     tokens = [r[0] for r in results]
     print(
@@ -184,6 +271,12 @@ def main() -> None:
     print(
         f"per request, before the first response (prepare, admit, open the call): {min(r[1] for r in results):.0f} µs"
     )
+    for size in (1 << 20, 4 << 20):
+        times = sorted(asyncio.run(reassembly(size)) for _ in range(args.rounds))
+        print(
+            f"one {size >> 20} MiB message in 16 KiB frames: {times[len(times) // 2]:.1f} ms median, "
+            f"{times[0]:.1f} ms best of {args.rounds}"
+        )
 
 
 if __name__ == "__main__":

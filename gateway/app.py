@@ -145,6 +145,8 @@ def create_app(settings: Settings, backend: Backend | None = None) -> FastAPI:
     the_backend: Backend = backend or TritonBackend(
         settings.triton_url,
         keepalive_ms=settings.grpc_keepalive_ms,
+        keepalive_timeout_ms=settings.grpc_keepalive_timeout_ms,
+        max_message_bytes=settings.grpc_max_message_bytes,
         tls=triton_tls(settings),
         transport=settings.triton_transport,
     )

@@ -38,7 +38,8 @@ from gateway.backend.transport.base import (
     StreamCall,
     StreamTransport,
 )
-from gateway.backend.transport.h2 import H2Transport
+from gateway.backend.transport.h2 import H2Transport, Keepalive
+from gateway.backend.transport.h2conn import DEFAULT_MAX_MESSAGE_BYTES
 from gateway.backend.transport.tls import TritonTLS
 from gateway.backend.types import BackendModel, GenerationChunk, GenerationRequest
 from gateway.errors import (
@@ -132,15 +133,19 @@ class TritonBackend:
         url: str,
         *,
         keepalive_ms: int = 30_000,
+        keepalive_timeout_ms: int = 10_000,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         tls: TritonTLS | None = None,
         transport: StreamTransport | Literal["h2", "aio"] = "h2",
     ) -> None:
         self.url = url
+        # One keepalive policy for both channels: grpc.aio doubles its interval by itself on a
+        # GOAWAY "too_many_pings", and so does the h2 transport (``Keepalive.back_off``).
         self._options = [
             ("grpc.max_send_message_length", -1),
-            ("grpc.max_receive_message_length", -1),
+            ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.keepalive_time_ms", keepalive_ms),
-            ("grpc.keepalive_timeout_ms", 10_000),
+            ("grpc.keepalive_timeout_ms", keepalive_timeout_ms),
             ("grpc.keepalive_permit_without_calls", 0),
             ("grpc.http2.max_pings_without_data", 0),
             ("grpc.enable_retries", 0),
@@ -153,7 +158,10 @@ class TritonBackend:
         self._transport: StreamTransport
         if transport == "h2":
             self._transport = H2Transport(
-                url, ssl_context=tls.ssl_context() if tls is not None else None, keepalive=keepalive_ms / 1000
+                url,
+                ssl_context=tls.ssl_context() if tls is not None else None,
+                keepalive=Keepalive(keepalive_ms / 1000, keepalive_timeout_ms / 1000),
+                max_message_bytes=max_message_bytes,
             )
         elif transport == "aio":  # on the control calls' channel: one connection, keepalive and trust store
             self._transport = AioTransport(lambda: self._channel)
@@ -219,27 +227,40 @@ class TritonBackend:
         ensemble = is_trtllm(request.inputs)
         infer = build_trtllm_request(request, request.inputs) if ensemble else build_infer_request(request)
         read = _READ_TRTLLM if ensemble else _READ_VLLM
-        try:
-            call = await self._transport.open(STREAM_INFER_PATH, infer.SerializeToString(), read)
-        except CallError as exc:
-            raise classify_rpc_error(exc) from exc
-        self._active.add(call)
-        timer = None
-        if request.deadline is not None:
-            # An explicit cancel: the model must see is_cancelled() and free its slot, and the
-            # client must get a typed error.
-            timer = asyncio.get_running_loop().call_later(
-                max(0.0, request.deadline - time.monotonic()),
-                call.abort,
-                BackendTimeoutError("the request's deadline passed before the backend finished"),
-            )
-        try:
-            async for batch in call:
-                yield batch
-        except CallError as exc:
-            raise classify_rpc_error(exc) from exc
-        finally:
-            if timer is not None:
-                timer.cancel()
-            self._active.discard(call)
-            call.cancel()
+        message = infer.SerializeToString()
+        retried = False
+        while True:
+            try:
+                call = await self._transport.open(STREAM_INFER_PATH, message, read, request.deadline)
+            except CallError as exc:
+                raise classify_rpc_error(exc) from exc
+            self._active.add(call)
+            timer = None
+            if request.deadline is not None:
+                # An explicit cancel: the model must see is_cancelled() and free its slot, and the
+                # client must get a typed error.
+                timer = asyncio.get_running_loop().call_later(
+                    max(0.0, request.deadline - time.monotonic()),
+                    call.abort,
+                    BackendTimeoutError("the request's deadline passed before the backend finished"),
+                )
+            yielded = False
+            try:
+                async for batch in call:
+                    yielded = True
+                    yield batch
+                return
+            except CallError as exc:
+                # Once, and only for a call Triton provably never started (refused stream, above
+                # a GOAWAY's last stream id) of which the client has seen nothing: the transport
+                # opens it on another connection.
+                if exc.retryable and not yielded and not retried:
+                    retried = True
+                    logger.info("retrying a generation Triton did not start: %s", exc.details)
+                    continue
+                raise classify_rpc_error(exc) from exc
+            finally:
+                if timer is not None:
+                    timer.cancel()
+                self._active.discard(call)
+                call.cancel()

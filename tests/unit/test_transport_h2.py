@@ -5,124 +5,23 @@ Triton path is covered by the integration tests; these pin the protocol edges Tr
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
 from typing import Any
 
-import h2.config
-import h2.connection
 import h2.errors
-import h2.events
 import h2.settings
 import pytest
 
 from gateway.backend.transport import base as grpc_status
-from gateway.backend.transport import h2 as grpc_stream
-from gateway.backend.transport.h2 import CallError, GrpcConnection, connect
+from gateway.backend.transport import h2conn
+from gateway.backend.transport.h2 import CallError, Keepalive, connect
+from tests.unit.h2_peer import PATH, Peer, collect, echo_three, grpc_message, serve
 
 pytestmark = pytest.mark.anyio
-
-PATH = b"/inference.GRPCInferenceService/ModelStreamInfer"
 
 
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-def grpc_message(payload: bytes) -> bytes:
-    return b"\x00" + len(payload).to_bytes(4, "big") + payload
-
-
-class Peer(asyncio.Protocol):
-    """Server side of one connection: collects each call's request, then runs the test's script."""
-
-    def __init__(self, script: Callable[[Peer, int, bytes], Awaitable[None]], chop: int | None) -> None:
-        self.h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding=None))
-        self.script = script
-        self.chop = chop
-        self.bodies: dict[int, bytes] = {}
-        self.headers: dict[int, dict[bytes, bytes]] = {}
-        self.resets: dict[int, int] = {}
-        self.window_updates = 0
-        self.transport: asyncio.Transport | None = None
-        self.tasks: set[asyncio.Task[None]] = set()
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-        self.h2.initiate_connection()
-        self.flush()
-
-    def data_received(self, data: bytes) -> None:
-        for event in self.h2.receive_data(data):
-            if isinstance(event, h2.events.RequestReceived):
-                self.headers[event.stream_id] = dict(event.headers)
-                self.bodies[event.stream_id] = b""
-            elif isinstance(event, h2.events.DataReceived):
-                self.bodies[event.stream_id] += event.data
-                self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
-            elif isinstance(event, h2.events.StreamEnded):
-                task = asyncio.ensure_future(self.script(self, event.stream_id, self.bodies[event.stream_id][5:]))
-                self.tasks.add(task)
-            elif isinstance(event, h2.events.StreamReset):
-                self.resets[event.stream_id] = event.error_code
-            elif isinstance(event, h2.events.WindowUpdated):
-                self.window_updates += 1
-        self.flush()
-
-    def flush(self) -> None:
-        out = self.h2.data_to_send()
-        if out and self.transport is not None and not self.transport.is_closing():
-            if self.chop:  # deliver in tiny pieces: frames and messages split anywhere
-                for i in range(0, len(out), self.chop):
-                    self.transport.write(out[i : i + self.chop])
-            else:
-                self.transport.write(out)
-
-    # -- what a script sends
-    def respond(self, sid: int) -> None:
-        self.h2.send_headers(sid, [(b":status", b"200"), (b"content-type", b"application/grpc")])
-        self.flush()
-
-    def send(self, sid: int, data: bytes, **kwargs: Any) -> None:
-        self.h2.send_data(sid, data, **kwargs)
-        self.flush()
-
-    def trailers(self, sid: int, status: int = 0, message: bytes = b"") -> None:
-        headers = [(b"grpc-status", str(status).encode())] + ([(b"grpc-message", message)] if message else [])
-        self.h2.send_headers(sid, headers, end_stream=True)
-        self.flush()
-
-
-@asynccontextmanager
-async def serve(
-    script: Callable[[Peer, int, bytes], Awaitable[None]], chop: int | None = None, keepalive: float | None = None
-) -> AsyncIterator[tuple[GrpcConnection, list[Peer]]]:
-    peers: list[Peer] = []
-
-    def factory() -> Peer:
-        peers.append(Peer(script, chop))
-        return peers[-1]
-
-    server = await asyncio.get_running_loop().create_server(factory, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    connection = await connect(f"127.0.0.1:{port}", keepalive=keepalive)
-    try:
-        yield connection, peers
-    finally:
-        connection.close()
-        server.close()
-
-
-async def collect(call: AsyncIterator[list[bytes]]) -> list[bytes]:
-    return [item async for batch in call for item in batch]
-
-
-async def echo_three(peer: Peer, sid: int, request: bytes) -> None:
-    peer.respond(sid)
-    for i in range(3):
-        peer.send(sid, grpc_message(request + b"-%d" % i))
-    peer.trailers(sid)
 
 
 @pytest.mark.parametrize("chop", [None, 1, 7])
@@ -305,7 +204,7 @@ async def test_goaway_fails_calls_the_server_never_took_and_retires_the_connecti
 
 
 async def test_receive_windows_are_reopened_so_large_outputs_flow(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(grpc_stream, "_WINDOW", 65_536)
+    monkeypatch.setattr(h2conn, "_STREAM_WINDOW", 65_536)
     chunk = b"z" * 10_000
 
     async def script(peer: Peer, sid: int, request: bytes) -> None:
@@ -338,7 +237,7 @@ async def test_a_peer_that_stops_answering_pings_fails_the_calls() -> None:
 
     server = await asyncio.get_running_loop().create_server(Mute, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    connection = await connect(f"127.0.0.1:{port}", keepalive=0.1)
+    connection = await connect(f"127.0.0.1:{port}", keepalive=Keepalive(0.1, 0.1))
     try:
         call = await connection.open(PATH, b"x", bytes)
         with pytest.raises(CallError) as caught:

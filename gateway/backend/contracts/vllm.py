@@ -86,7 +86,7 @@ def parse_infer_response(response: Any, final: bool) -> GenerationChunk:
     num_in: int | None = None
     num_out: tuple[int, ...] | None = None
     logprobs: tuple[Any, ...] | None = None
-    for output, raw in zip(response.outputs, response.raw_output_contents):
+    for output, raw in zip(response.outputs, response.raw_output_contents, strict=False):
         name = output.name
         if name == TEXT_OUTPUT:
             text = tuple(split_bytes(raw))

@@ -158,9 +158,12 @@ class AioTransport:
             method = self._methods[path] = self._channel.unary_stream(path.decode())
         return method
 
-    async def open(self, path: bytes, message: bytes, parse: Callable[[bytes], T]) -> AioStreamCall[T]:
+    async def open(
+        self, path: bytes, message: bytes, parse: Callable[[bytes], T], deadline: float | None = None
+    ) -> AioStreamCall[T]:
         """Start the call. Unlike h2, an unreachable server shows on the first read (grpc.aio
-        connects in the background): the consumer gets the same ``CallError(UNAVAILABLE)``."""
+        connects in the background): the consumer gets the same ``CallError(UNAVAILABLE)``. Opening
+        never waits, so ``deadline`` is left to the backend's timer, which covers the whole call."""
         call: AioStreamCall[T] = AioStreamCall(self._method(path)(message), parse)
         self._calls.add(call)
         call.reader.add_done_callback(lambda _: self._calls.discard(call))

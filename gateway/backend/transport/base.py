@@ -16,18 +16,23 @@ T = TypeVar("T")
 
 # gRPC status codes (https://grpc.github.io/grpc/core/md_doc_statuscodes.html) the backend maps.
 OK, CANCELLED, UNKNOWN, DEADLINE_EXCEEDED, INTERNAL, UNAVAILABLE = 0, 1, 2, 4, 13, 14
-RESOURCE_EXHAUSTED = 8
+PERMISSION_DENIED, RESOURCE_EXHAUSTED, UNIMPLEMENTED, UNAUTHENTICATED = 7, 8, 12, 16
 
 STREAM_INFER_PATH = b"/inference.GRPCInferenceService/ModelStreamInfer"
 
 
 class CallError(Exception):
-    """A call ended with a non-OK gRPC status, or the connection under it failed."""
+    """A call ended with a non-OK gRPC status, or the connection under it failed.
 
-    def __init__(self, code: int, details: str) -> None:
+    ``retryable`` is set only when the server provably never started the call (it refused the
+    stream, or its GOAWAY excluded it, or the request never fully left the client): sending it
+    again cannot run the generation twice."""
+
+    def __init__(self, code: int, details: str, *, retryable: bool = False) -> None:
         super().__init__(f"gRPC status {code}: {details}")
         self.code = code
         self.details = details
+        self.retryable = retryable
 
 
 class StreamCall(Protocol[T]):
@@ -49,9 +54,12 @@ class StreamCall(Protocol[T]):
 class StreamTransport(Protocol):
     """Opens streaming calls to one server."""
 
-    async def open(self, path: bytes, message: bytes, parse: Callable[[bytes], T]) -> StreamCall[T]:
+    async def open(
+        self, path: bytes, message: bytes, parse: Callable[[bytes], T], deadline: float | None = None
+    ) -> StreamCall[T]:
         """Start a call with its one request message, half-closed after it. Raises ``CallError``
-        (UNAVAILABLE) when the server cannot be reached."""
+        (UNAVAILABLE) when the server cannot be reached, DEADLINE_EXCEEDED when ``deadline`` (a
+        ``time.monotonic()`` value) passes while connecting or waiting for a stream slot."""
         ...
 
     async def close(self) -> None: ...

@@ -1,0 +1,255 @@
+"""One streaming gRPC call on a ``GrpcConnection``: message reassembly, per-call flow control,
+the gRPC status, and the consumer's batches.
+
+The per-token case is one DATA frame carrying one whole message: it is parsed straight from the
+frame's bytes. A message split over frames is gathered as a list of the frames' pieces and joined
+once, when it is complete, so a message of n bytes costs O(n) however it is cut (one copy: fresh
+memory, whose page faults are most of the cost), and one larger than ``max_message_bytes`` ends the
+call as soon as its 5-byte prefix is in, before anything is buffered.
+
+Flow control: the connection gives the connection-level window back as bytes arrive, so no call
+can stall the others; this call's stream window is given back only as its consumer takes the
+messages (``_held`` → ``_release``). A consumer that stops reading therefore stops its own stream
+after one stream window (backpressure, bounded memory per call), never the connection. Bytes of an
+incomplete message are given back at once (nothing for the consumer to take yet): otherwise a
+message larger than the window could never complete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.parse
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+from gateway.backend.transport.base import (
+    INTERNAL,
+    OK,
+    PERMISSION_DENIED,
+    RESOURCE_EXHAUSTED,
+    UNAUTHENTICATED,
+    UNAVAILABLE,
+    UNIMPLEMENTED,
+    UNKNOWN,
+    CallError,
+)
+
+if TYPE_CHECKING:
+    from gateway.backend.transport.h2 import GrpcConnection
+
+T = TypeVar("T")
+
+HTTP_TO_GRPC_STATUS = {
+    b"400": INTERNAL,
+    b"401": UNAUTHENTICATED,
+    b"403": PERMISSION_DENIED,
+    b"404": UNIMPLEMENTED,
+    b"429": UNAVAILABLE,
+    b"502": UNAVAILABLE,
+    b"503": UNAVAILABLE,
+    b"504": UNAVAILABLE,
+}
+"""gRPC's mapping for a response whose HTTP status is not 200 and that carries no grpc-status
+(doc/http-grpc-status-mapping.md in grpc/grpc); any other status is UNKNOWN."""
+
+
+class StreamCall(Generic[T]):
+    """One call's parsed messages, handed out in batches: everything that arrived since the
+    consumer last asked. A client that reads slower than Triton produces so gets fewer, larger
+    batches instead of a queue of tiny ones (the coalescing the SSE writer relies on)."""
+
+    __slots__ = (
+        "stream_id",
+        "_connection",
+        "_parse",
+        "_max",
+        "_items",
+        "_waiter",
+        "_parts",
+        "_head",
+        "_need",
+        "_held",
+        "_unacked",
+        "_status",
+        "_error",
+        "_done",
+    )
+
+    def __init__(self, connection: GrpcConnection, parse: Callable[[bytes], T], max_message_bytes: int) -> None:
+        self.stream_id = 0
+        self._connection = connection
+        self._parse = parse
+        self._max = max_message_bytes
+        self._items: list[T] = []
+        self._waiter: asyncio.Future[None] | None = None
+        self._parts: list[bytes | memoryview] | None = None
+        """The pieces of a message still arriving (None when there is none; see ``_gather``)."""
+        self._head = b""
+        self._need = -1
+        self._held = 0
+        """Flow-controlled bytes of messages the consumer has not taken yet."""
+        self._unacked = 0
+        """Bytes taken (or not holdable) but not yet given back in a stream WINDOW_UPDATE."""
+        self._status: int | None = None
+        self._error: BaseException | None = None
+        self._done = False
+
+    # -- the connection's side ----------------------------------------------------------------
+
+    def _data(self, data: bytes | memoryview, length: int) -> None:
+        """A DATA frame's payload (``length``: its flow-controlled size, padding included); a
+        view for a large frame, kept as it is only while a message is gathered."""
+        if self._done:
+            return
+        end, size = 0, len(data)
+        try:
+            if self._parts is not None:
+                end = self._gather(data)
+                if end < 0:  # the message goes on in the next frames: nothing to hold for the consumer
+                    self._connection._release(self, length)
+                    return
+            if type(data) is memoryview:
+                data = data.tobytes()
+            while size - end >= 5:
+                length_field = int.from_bytes(data[end + 1 : end + 5], "big")
+                start = end + 5
+                if size < start + length_field:
+                    break
+                if data[end]:
+                    raise CallError(INTERNAL, "compressed gRPC message, but no compression was negotiated")
+                if length_field > self._max:
+                    raise self._too_large(length_field)
+                end = start + length_field
+                self._items.append(self._parse(data[start:end]))
+            if end < size:  # the start of a message that goes on in the next frames
+                self._parts, self._head, self._need = [], b"", -1
+                self._gather(data[end:] if end else data)
+        except Exception as exc:  # noqa: BLE001 - a parse failure or an in-stream error ends this call only
+            self._parts = None
+            self._finish(exc)
+            self._connection.cancel(self)
+            return
+        if self._items:
+            self._held += length
+            self._wake()
+        else:
+            self._connection._release(self, length)
+
+    def _gather(self, data: bytes | memoryview) -> int:
+        """Add ``data`` to the message being gathered: its 5-byte prefix in ``_head`` until
+        complete (``_need`` < 0), then its bytes in ``_parts`` (``_need``: how many are missing).
+        Once it is whole it is joined (one copy) and parsed; returns where it ended in ``data``,
+        or -1 while it is still incomplete."""
+        parts = self._parts
+        assert parts is not None
+        pos = 0
+        if self._need < 0:
+            head = self._head + data[: 5 - len(self._head)]
+            pos = len(head) - len(self._head)
+            if len(head) < 5:
+                self._head = head
+                return -1
+            self._head = b""
+            if head[0]:
+                raise CallError(INTERNAL, "compressed gRPC message, but no compression was negotiated")
+            size = int.from_bytes(head[1:5], "big")
+            if size > self._max:
+                raise self._too_large(size)
+            self._need = size
+        missing, available = self._need, len(data) - pos
+        if available < missing:
+            if available:
+                parts.append(data[pos:] if pos else data)
+            self._need = missing - available
+            return -1
+        parts.append(data[pos : pos + missing])
+        self._parts = None
+        self._items.append(self._parse(b"".join(parts)))  # a lone bytes part is not copied
+        return pos + missing
+
+    def _too_large(self, size: int) -> CallError:
+        return CallError(
+            RESOURCE_EXHAUSTED,
+            f"a response message of {size} bytes is larger than the limit of {self._max} bytes "
+            "(setting grpc_max_message_bytes)",
+        )
+
+    def _headers(self, headers: list[tuple[bytes, bytes]]) -> None:
+        """Response headers, trailers, or a trailers-only response: look for the gRPC status."""
+        status: int | None = None
+        http_status = b"200"
+        message = ""
+        for name, value in headers:
+            if name == b"grpc-status":
+                status = int(value) if value.isdigit() else UNKNOWN
+            elif name == b"grpc-message":
+                message = urllib.parse.unquote(value.decode("utf-8", "replace"))
+            elif name == b":status":
+                http_status = value
+        if status is None and http_status != b"200":
+            # Not a gRPC response (a proxy's error page): its body is not gRPC messages.
+            status = HTTP_TO_GRPC_STATUS.get(http_status, UNKNOWN)
+            self._finish(CallError(status, f"HTTP status {http_status.decode('latin-1')} from the server"))
+            self._connection.cancel(self)
+            return
+        if status is None:
+            return
+        self._status = status
+        if status != OK and self._error is None:
+            self._error = CallError(status, message or f"gRPC status {status}")
+
+    def _ended(self) -> None:
+        if self._status is None:
+            self._finish(CallError(INTERNAL, "the stream ended without a gRPC status"))
+        else:
+            self._finish(self._error)
+
+    def _finish(self, error: BaseException | None) -> None:
+        if self._done:
+            return
+        self._done = True
+        self._error = error
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    # -- the consumer's side ------------------------------------------------------------------
+
+    def abort(self, error: BaseException) -> None:
+        """End the call now with ``error`` for the consumer (deadline, shutdown) and tell Triton."""
+        if not self._done:
+            self._items.clear()
+            self._finish(error)
+        self._connection.cancel(self)
+
+    def cancel(self) -> None:
+        """Stop the call (the consumer left or has what it needs); nothing more is delivered."""
+        self._done = True
+        self._items.clear()
+        self._connection.cancel(self)
+
+    def __aiter__(self) -> StreamCall[T]:
+        return self
+
+    async def __anext__(self) -> list[T]:
+        while True:
+            items = self._items
+            if items:
+                self._items = []
+                held = self._held
+                if held:
+                    self._held = 0
+                    self._connection._release(self, held)
+                return items
+            if self._done:
+                if self._error is not None:
+                    error, self._error = self._error, None
+                    raise error
+                raise StopAsyncIteration
+            waiter = self._waiter = self._connection.loop.create_future()
+            await waiter

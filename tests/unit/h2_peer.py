@@ -1,0 +1,182 @@
+"""A real HTTP/2 gRPC server peer on loopback (the h2 library, server side) for the transport's
+unit tests: it collects each call's request, then runs the test's script for it. GOAWAY frames
+are written raw (``goaway``): h2 would refuse to send anything after its own, and a draining
+server goes on serving the calls it took."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import h2.config
+import h2.connection
+import h2.events
+from hyperframe.frame import GoAwayFrame
+
+from gateway.backend.transport.h2 import GrpcConnection, H2Transport, Keepalive, connect
+
+PATH = b"/inference.GRPCInferenceService/ModelStreamInfer"
+
+Script = Callable[["Peer", int, bytes], Awaitable[None]]
+
+
+def grpc_message(payload: bytes) -> bytes:
+    return b"\x00" + len(payload).to_bytes(4, "big") + payload
+
+
+class Peer(asyncio.Protocol):
+    """Server side of one connection."""
+
+    ack_data = True
+    """Give received request bytes back to the client's send window (False: only what a test does)."""
+
+    def __init__(self, script: Script, chop: int | None) -> None:
+        self.h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding=None))
+        self.script = script
+        self.chop = chop
+        self.bodies: dict[int, bytes] = {}
+        self.headers: dict[int, dict[bytes, bytes]] = {}
+        self.resets: dict[int, int] = {}
+        self.window_updates = 0
+        self.ping_acks = 0
+        self.transport: asyncio.Transport | None = None
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.lost = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.h2.initiate_connection()
+        self.flush()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.lost.done():
+            self.lost.set_result(None)
+
+    def data_received(self, data: bytes) -> None:
+        for event in self.h2.receive_data(data):
+            if isinstance(event, h2.events.RequestReceived):
+                self.headers[event.stream_id] = dict(event.headers)  # type: ignore[arg-type]
+                self.bodies[event.stream_id] = b""
+            elif isinstance(event, h2.events.DataReceived):
+                self.bodies[event.stream_id] += event.data
+                if self.ack_data:
+                    self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            elif isinstance(event, h2.events.StreamEnded):
+                task = asyncio.ensure_future(self.script(self, event.stream_id, self.bodies[event.stream_id][5:]))
+                self.tasks.add(task)
+            elif isinstance(event, h2.events.StreamReset):
+                self.resets[event.stream_id] = event.error_code
+            elif isinstance(event, h2.events.WindowUpdated):
+                self.window_updates += 1
+            elif isinstance(event, h2.events.PingAckReceived):
+                self.ping_acks += 1
+        self.flush()
+
+    def flush(self) -> None:
+        out = self.h2.data_to_send()
+        if out and self.transport is not None and not self.transport.is_closing():
+            if self.chop:  # deliver in tiny pieces: frames and messages split anywhere
+                for i in range(0, len(out), self.chop):
+                    self.transport.write(out[i : i + self.chop])
+            else:
+                self.transport.write(out)
+
+    # -- what a script sends
+    def respond(self, sid: int) -> None:
+        self.h2.send_headers(sid, [(b":status", b"200"), (b"content-type", b"application/grpc")])
+        self.flush()
+
+    def send(self, sid: int, data: bytes, **kwargs: Any) -> None:
+        self.h2.send_data(sid, data, **kwargs)
+        self.flush()
+
+    def trailers(self, sid: int, status: int = 0, message: bytes = b"") -> None:
+        headers = [(b"grpc-status", str(status).encode())] + ([(b"grpc-message", message)] if message else [])
+        self.h2.send_headers(sid, headers, end_stream=True)
+        self.flush()
+
+    def goaway(self, last_stream_id: int, error_code: int = 0, debug: bytes = b"") -> None:
+        self.flush()
+        frame = GoAwayFrame(0, last_stream_id=last_stream_id, error_code=error_code, additional_data=debug)
+        assert self.transport is not None
+        self.transport.write(frame.serialize())
+
+    async def wait_ping_ack(self, count: int = 1) -> None:
+        for _ in range(500):
+            if self.ping_acks >= count:
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError("the client never answered the PING")
+
+
+class Server:
+    """A listening peer: every connection gets its own ``Peer``."""
+
+    def __init__(self, script: Script, chop: int | None = None, peer: type[Peer] = Peer) -> None:
+        self.script = script
+        self.chop = chop
+        self.peer = peer
+        self.peers: list[Peer] = []
+        self.server: asyncio.Server | None = None
+
+    def factory(self) -> Peer:
+        self.peers.append(self.peer(self.script, self.chop))
+        return self.peers[-1]
+
+    async def start(self, port: int = 0, ssl_context: ssl.SSLContext | None = None) -> str:
+        self.server = await asyncio.get_running_loop().create_server(self.factory, "127.0.0.1", port, ssl=ssl_context)
+        return f"127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+        for peer in self.peers:
+            if peer.transport is not None:
+                peer.transport.abort()
+
+
+@asynccontextmanager
+async def serve(
+    script: Script, chop: int | None = None, keepalive: Keepalive | None = None, peer: type[Peer] = Peer, **kwargs: Any
+) -> AsyncIterator[tuple[GrpcConnection, list[Peer]]]:
+    server = Server(script, chop, peer)
+    target = await server.start()
+    connection = await connect(target, keepalive=keepalive, **kwargs)
+    try:
+        yield connection, server.peers
+    finally:
+        connection.close()
+        server.close()
+
+
+@asynccontextmanager
+async def serve_transport(script: Script, **kwargs: Any) -> AsyncIterator[tuple[H2Transport, list[Peer]]]:
+    server = Server(script)
+    transport = H2Transport(await server.start(), **kwargs)
+    try:
+        yield transport, server.peers
+    finally:
+        await transport.close()
+        server.close()
+
+
+async def collect(call: AsyncIterator[list[bytes]]) -> list[bytes]:
+    return [item async for batch in call for item in batch]
+
+
+async def echo_three(peer: Peer, sid: int, request: bytes) -> None:
+    peer.respond(sid)
+    for i in range(3):
+        peer.send(sid, grpc_message(request + b"-%d" % i))
+    peer.trailers(sid)
+
+
+async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    for _ in range(int(timeout / 0.01)):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition not met in time")
