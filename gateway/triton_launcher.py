@@ -299,6 +299,7 @@ class TritonServer:
         process, self._process = self._process, None
         try:
             if process is not None and process.poll() is None:
+                logger.info("stopping tritonserver (SIGKILL after %.0f s, or at a second signal)", grace)
                 try:
                     os.killpg(process.pid, signal.SIGTERM)
                     process.wait(timeout=grace)
