@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import logging
 import socket
 import time
@@ -17,8 +18,10 @@ from types import FrameType
 
 import uvicorn
 
+from gateway.backend.contracts.vllm import TEXT_INPUT
 from gateway.core.service import CompletionService
-from gateway.errors import ShuttingDownError
+from gateway.errors import GatewayError, ShuttingDownError
+from gateway.models.catalog import ServedModel
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +35,19 @@ class DrainingServer(uvicorn.Server):
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
+        if self.started:
+            await self._log_try_hint()
         tune_gc()
+
+    async def _log_try_hint(self) -> None:
+        """Tell the user how to call what Triton actually serves (``try_hint``), not a fixed name."""
+        base = f"http://{client_host(self.config.host)}:{self.config.port}"
+        try:
+            models = await self._service.catalog.models()
+        except GatewayError as exc:
+            logger.warning("serving on %s, but Triton is not reachable yet: %s", base, exc.message)
+            return
+        logger.info("serving on %s: %s", base, try_hint(base, list(models.values())))
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if self._drain_task is not None or self._grace <= 0:
@@ -63,6 +78,34 @@ class DrainingServer(uvicorn.Server):
             while service.admission.in_flight and time.monotonic() < until:
                 await asyncio.sleep(0.05)
         self.should_exit = True
+
+
+def client_host(host: str) -> str:
+    """Where a client on this machine reaches a server bound to ``host``."""
+    if host in ("0.0.0.0", ""):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host else host
+
+
+def try_hint(base: str, models: list[ServedModel]) -> str:
+    """A curl command line for a text model that is served, or why there is none.
+
+    Only models taking ``text_input`` (the vLLM and TensorRT-LLM contracts) can be called through
+    the gateway; a chat template picks the chat endpoint, otherwise plain completions.
+    """
+    text_models = [m for m in models if TEXT_INPUT in m.inputs]
+    if not text_models:
+        return f"no text-generation model is ready in Triton yet ({base}/v1/models lists what is served)"
+    chat = sorted(m.name for m in text_models if m.template is not None)
+    if chat:
+        body = {"model": chat[0], "stream": True, "max_tokens": 32, "messages": [{"role": "user", "content": "Hi"}]}
+        path = "/v1/chat/completions"
+    else:
+        body = {"model": min(m.name for m in text_models), "stream": True, "max_tokens": 32, "prompt": "Hi"}
+        path = "/v1/completions"
+    return f"try: curl -N {base}{path} -H 'Content-Type: application/json' -d '{json.dumps(body)}'"
 
 
 GC_YOUNG_THRESHOLD = 20_000

@@ -6,22 +6,38 @@ shared libraries live under hashed names in ``nvidia_pytriton.libs``. This modul
 finds the pieces, assembles a writable backend directory with the stub of the running Python,
 starts the server on free ports, waits for readiness and stops it (SIGTERM, then SIGKILL after a
 bound). It is used by the CLI's embedded mode and by the test fixtures, so both run the same Triton.
+
+Triton never outlives the process that started it: it gets SIGKILL from the kernel when that
+process dies, however it dies (``PR_SET_PDEATHSIG``), and its python-backend stubs notice their
+parent is gone and exit on their own (measured: within 0.6 s, also while a model is loading).
+
+The stubs run an isolated interpreter that ignores the environment's locale and starts with
+``LC_CTYPE=C``, so a model that opens a UTF-8 file without ``encoding=`` (torch's inductor does)
+dies with ``UnicodeDecodeError``. The stub finds its Python by looking ``python3`` up on ``PATH``
+and processes that prefix's ``site-packages`` like any Python does; the launcher puts a small
+virtual environment of its own first on ``PATH`` whose ``.pth`` file switches the stub to a UTF-8
+locale and then adds the running interpreter's own site directories, so models see the same
+packages as before, in UTF-8 as in NVIDIA's container.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import shutil
 import signal
+import site
 import socket
 import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -82,6 +98,89 @@ def _libpython_dirs() -> list[str]:
     return []
 
 
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _die_with_this_thread() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child get SIGKILL when the forking thread ends.
+
+    The kernel ties the signal to the *thread* that forked, not to the process: started from a
+    worker thread, Triton would be killed when that thread ends. Outside the main thread this
+    returns None (and Triton then relies on ``stop()``). libc is loaded here, before the fork, so
+    the child only makes two system calls before ``exec``.
+    """
+    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
+        logger.debug("tritonserver will not get a parent-death signal (not Linux, or not the main thread)")
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before prctl: nobody will signal us
+            os._exit(1)
+
+    return preexec
+
+
+_STUB_STARTUP = '''"""Written by gateway.triton_launcher; runs first in every Python Triton's stubs start.
+
+The python-backend stub initialises an isolated interpreter in the C locale (ASCII), whatever the
+environment says. Switch it to UTF-8 the way a normal ``python3`` started in a UTF-8 locale would
+be, then add the launching interpreter's site directories, where the models' packages are.
+"""
+
+import locale
+import site
+import sys
+
+SITE_DIRS = {site_dirs!r}
+
+if locale.getpreferredencoding(False).replace("-", "").lower() != "utf8":
+    for name in ("C.UTF-8", "C.utf8", "en_US.UTF-8"):
+        try:
+            locale.setlocale(locale.LC_CTYPE, name)
+            break
+        except locale.Error:
+            pass
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(encoding="utf-8", errors="backslashreplace")
+for directory in SITE_DIRS:
+    site.addsitedir(directory)
+'''
+
+
+def _site_dirs() -> list[str]:
+    dirs = list(site.getsitepackages())
+    if site.ENABLE_USER_SITE:
+        dirs.append(site.getusersitepackages())
+    return [d for d in dirs if Path(d).is_dir()]
+
+
+def make_stub_python(directory: Path) -> Path:
+    """A virtual environment over the running interpreter for the backend stubs; returns its ``bin``.
+
+    See the module docstring for why. ``home`` is the base interpreter's directory, so the stdlib
+    is the running one; ``python3`` links to the running interpreter, so the stub (which needs the
+    same Python version) and any subprocess a model starts with ``sys.executable`` get it too.
+    """
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    base = Path(os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable))
+    bin_dir = directory / "bin"
+    packages = directory / "lib" / f"python{version}" / "site-packages"
+    bin_dir.mkdir(parents=True)
+    packages.mkdir(parents=True)
+    for name in ("python", "python3", f"python{version}"):
+        (bin_dir / name).symlink_to(sys.executable)
+    (directory / "pyvenv.cfg").write_text(
+        f"home = {base.parent}\ninclude-system-site-packages = false\nversion = {sys.version.split()[0]}\n"
+    )
+    (packages / "_gateway_stub_startup.py").write_text(_STUB_STARTUP.format(site_dirs=_site_dirs()))
+    (packages / "gateway-stub-startup.pth").write_text("import _gateway_stub_startup\n")
+    return bin_dir
+
+
 def free_port() -> int:
     """A port the kernel just handed out; good enough for tests and a local default."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -123,6 +222,7 @@ class TritonServer:
         backends = self._workdir / "backends"
         shutil.copytree(install.python_backend, backends / "python", ignore=shutil.ignore_patterns("__pycache__"))
         shutil.copy2(install.stub, backends / "python" / "triton_python_backend_stub")
+        stub_python = make_stub_python(self._workdir / "python")
         self.grpc_port = self.grpc_port or free_port()
         self.http_port = self.http_port or free_port()
         self.metrics_port = self.metrics_port or free_port()
@@ -145,18 +245,23 @@ class TritonServer:
         env["LD_LIBRARY_PATH"] = os.pathsep.join(
             p for p in (*_libpython_dirs(), str(install.libs), env.get("LD_LIBRARY_PATH", "")) if p
         )
-        env["PATH"] = os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", "")))
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(install.site_packages), env.get("PYTHONPATH", "")) if p
-        )
+        env["PATH"] = os.pathsep.join((str(stub_python), str(Path(sys.executable).parent), env.get("PATH", "")))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(install.site_packages), env.get("PYTHONPATH", "")) if p)
         env.update(self.extra_env)
         handle = open(self.log_file, "ab")  # noqa: SIM115 - closed in stop()
         self._log_handle = handle
         logger.info("starting tritonserver (grpc %s, log %s)", self.grpc_port, self.log_file)
-        self._process = subprocess.Popen(  # noqa: S603 - fixed binary, our arguments
-            command, stdout=handle, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
         try:
+            # Own session: a Ctrl-C in the terminal reaches the gateway, which then stops Triton
+            # in order, instead of reaching Triton directly.
+            self._process = subprocess.Popen(  # noqa: S603 - fixed binary, our arguments
+                command,
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                preexec_fn=_die_with_this_thread(),  # noqa: PLW1509 - only prctl and getppid run there
+            )
             self._wait_ready()
         except BaseException:
             self.stop()
@@ -168,9 +273,7 @@ class TritonServer:
         url = f"http://127.0.0.1:{self.http_port}/v2/health/ready"
         while time.monotonic() < deadline:
             if self._process is None or self._process.poll() is not None:
-                raise TritonLaunchError(
-                    f"tritonserver exited during startup; last log lines:\n{self.log_tail()}"
-                )
+                raise TritonLaunchError(f"tritonserver exited during startup; last log lines:\n{self.log_tail()}")
             try:
                 with urllib.request.urlopen(url, timeout=1) as response:  # noqa: S310 - loopback
                     if response.status == 200:
@@ -188,26 +291,36 @@ class TritonServer:
     def kill(self) -> None:
         """SIGKILL, no grace: for failure tests that need Triton to vanish mid-request."""
         if self._process is not None and self._process.poll() is None:
-            os.killpg(self._process.pid, signal.SIGKILL)
-            self._process.wait()
+            _kill_group(self._process)
 
     def stop(self, grace: float = 15.0) -> None:
+        """SIGTERM, then SIGKILL after ``grace`` seconds or at once if the wait is interrupted
+        (a second Ctrl-C): whatever happens here, Triton and its stubs are gone afterwards."""
         process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            try:
-                os.killpg(process.pid, signal.SIGTERM)
-                process.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                logger.warning("tritonserver ignored SIGTERM for %.0fs; killing it", grace)
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-            except ProcessLookupError:
-                pass
+        try:
+            if process is not None and process.poll() is None:
+                logger.info("stopping tritonserver (SIGKILL after %.0f s, or at a second signal)", grace)
+                try:
+                    os.killpg(process.pid, signal.SIGTERM)
+                    process.wait(timeout=grace)
+                except subprocess.TimeoutExpired:
+                    logger.warning("tritonserver ignored SIGTERM for %.0fs; killing it", grace)
+                    _kill_group(process)
+                except ProcessLookupError:
+                    pass
+                except BaseException:
+                    _kill_group(process)
+                    raise
+        finally:
+            self._cleanup()
+
+    def _cleanup(self) -> None:
         if self._log_handle is not None:
             self._log_handle.close()  # type: ignore[attr-defined]
             self._log_handle = None
         if self._workdir is not None:
             shutil.rmtree(self._workdir / "backends", ignore_errors=True)
+            shutil.rmtree(self._workdir / "python", ignore_errors=True)
 
     def __enter__(self) -> TritonServer:
         return self.start()
@@ -216,3 +329,16 @@ class TritonServer:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL Triton's process group (Triton and its stubs) and reap Triton.
+
+    The group id cannot be reused while a stub is still in the group; once it is empty the
+    kernel answers ESRCH.
+    """
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()

@@ -24,10 +24,14 @@ def test_embedded_mode_serves_the_tiny_model_and_stops_triton(tmp_path: Path) ->
     with open(log, "wb") as handle:
         process = subprocess.Popen(
             [sys.executable, "-m", "gateway", "--embedded", "--port", str(port), "--triton-log-file", str(triton_log)],
-            stdout=handle, stderr=subprocess.STDOUT, cwd=tmp_path, env=dict(os.environ),
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            cwd=tmp_path,
+            env=dict(os.environ),
         )
     url = f"http://127.0.0.1:{port}"
     try:
+
         def ready() -> bool:
             try:
                 return httpx.get(url + "/health/ready", timeout=2).status_code == 200
@@ -38,11 +42,14 @@ def test_embedded_mode_serves_the_tiny_model_and_stops_triton(tmp_path: Path) ->
         with openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0) as sdk:
             models = {m.id for m in sdk.models.list().data}
             assert {"tiny-llm", "tiny-llm:alpha", "tiny-llm:beta"} <= models
-            chunks = list(sdk.chat.completions.create(model="tiny-llm", messages=[{"role": "user", "content": "Hi"}],
-                                                      max_tokens=8, stream=True))
+            chunks = list(
+                sdk.chat.completions.create(
+                    model="tiny-llm", messages=[{"role": "user", "content": "Hi"}], max_tokens=8, stream=True
+                )
+            )
             assert chunks[-1].choices[0].finish_reason in {"stop", "length"}
         text = log.read_text()
-        assert "curl -N" in text  # it prints how to call it
+        assert "curl -N" in text and '"model": "tiny-llm"' in text  # how to call what it serves
         triton_pid = _triton_pid(process.pid)
     finally:
         process.send_signal(signal.SIGTERM)
@@ -53,12 +60,15 @@ def test_embedded_mode_serves_the_tiny_model_and_stops_triton(tmp_path: Path) ->
 
 def _triton_pid(parent: int) -> int:
     children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
-    pids = [int(p) for p in children if "tritonserver" in Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace")]
+    pids = [
+        int(p) for p in children if "tritonserver" in Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace")
+    ]
     assert pids, "no tritonserver child found"
     return pids[0]
 
 
 def test_help_lists_every_flag() -> None:
-    out = subprocess.run([sys.executable, "-m", "gateway", "--help"], capture_output=True, text=True, cwd=ROOT,
-                         check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "gateway", "--help"], capture_output=True, text=True, cwd=ROOT, check=True
+    ).stdout
     assert "--triton-url" in out and "--embedded" in out and "GATEWAY_" in out

@@ -16,7 +16,9 @@ OLD_ENSEMBLE = frozenset({"text_input", "max_tokens", "stream", "random_seed", "
 def tensors(sampling: dict[str, object], inputs: frozenset[str]) -> dict[str, tuple[str, list[int], bytes]]:
     request = GenerationRequest(request_id="r", model="m", prompt="p", sampling=sampling, inputs=inputs)
     infer = build_trtllm_request(request, inputs)
-    return {t.name: (t.datatype, list(t.shape), raw) for t, raw in zip(infer.inputs, infer.raw_input_contents, strict=False)}
+    return {
+        t.name: (t.datatype, list(t.shape), raw) for t, raw in zip(infer.inputs, infer.raw_input_contents, strict=False)
+    }
 
 
 def test_older_tensor_names_are_used_when_that_is_what_the_model_declares() -> None:

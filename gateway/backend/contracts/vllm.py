@@ -32,7 +32,6 @@ NUM_OUTPUT_TOKENS = "num_output_tokens"
 LOGPROBS = "logprobs"
 
 
-
 def _bool(value: bool) -> bytes:
     return b"\x01" if value else b"\x00"
 
@@ -65,8 +64,15 @@ def _numbers(raw: bytes, datatype: str) -> tuple[int, ...] | tuple[float, ...]:
     return struct.unpack(f"<{len(raw) // size}{_NUMBER_FORMATS[datatype][0]}", raw)
 
 
-_FINISH_REASONS: dict[bytes, str | None] = {b"None": None, b"none": None, b"null": None, b"": None,
-                                             b"stop": "stop", b"length": "length", b"abort": "abort"}
+_FINISH_REASONS: dict[bytes, str | None] = {
+    b"None": None,
+    b"none": None,
+    b"null": None,
+    b"": None,
+    b"stop": "stop",
+    b"length": "length",
+    b"abort": "abort",
+}
 _UNFINISHED = pack_bytes(b"None")
 """The finish_reason tensor of every response but the last: one element, "None"."""
 

@@ -1,0 +1,137 @@
+"""The embedded Triton never outlives ``python -m gateway --embedded``, however the gateway ends.
+
+Each test starts the gateway as a user would, with ``TMPDIR`` set to the test's own directory: the
+launcher's working directory (Triton's backend directory, the stubs' binary) lands there, so the
+test finds every tritonserver and stub process of *its* run in ``/proc`` by that path, without
+touching the Tritons other tests or other users run on the machine.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gateway.triton_launcher import free_port
+from tests.integration.conftest import ROOT, wait_for
+
+SLOW_REPOSITORY = ROOT / "tests" / "triton_models_slow"  # slow_load: sleeps in initialize
+PROBE_MODEL = ROOT / "tests" / "triton_models_locale" / "locale_probe"  # loads in about a second
+TRITON_PROCESSES = {"tritonserver", "triton_python_backend_stub"}
+
+
+def triton_processes(marker: Path) -> list[int]:
+    """Live (not zombie) tritonserver and stub processes whose command line mentions ``marker``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:  # exited while we looked
+            continue
+        if os.path.basename(argv[0]).decode(errors="replace") in TRITON_PROCESSES and state != "Z":
+            if any(str(marker).encode() in arg for arg in argv):
+                found.append(int(entry.name))
+    return found
+
+
+def start_embedded(tmp_path: Path, repository: Path, port: int | None = None) -> subprocess.Popen[bytes]:
+    command = [sys.executable, "-m", "gateway", "--embedded", "--port", str(port or free_port())]
+    command += ["--model-repository", str(repository), "--log-level", "info"]
+    with open(tmp_path / "gateway.log", "wb") as log:
+        return subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, "TMPDIR": str(tmp_path)}
+        )
+
+
+def log_of(tmp_path: Path) -> str:
+    return (tmp_path / "gateway.log").read_text(errors="replace")
+
+
+def stub_is_loading(tmp_path: Path) -> bool:
+    return any("stub" in Path(f"/proc/{pid}/cmdline").read_text(errors="replace") for pid in triton_processes(tmp_path))
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Iterator[Path]:
+    """The test's directory; whatever Triton process of the run a failing test leaves is killed."""
+    yield tmp_path
+    for pid in triton_processes(tmp_path):
+        os.kill(pid, signal.SIGKILL)
+
+
+def assert_nothing_left(tmp_path: Path) -> None:
+    """The stubs notice their parent died and exit by themselves (measured: under 2 s)."""
+    left = triton_processes(tmp_path)
+    if not wait_for(lambda: not triton_processes(tmp_path), timeout=10, interval=0.1):
+        pytest.fail(f"tritonserver/stub processes {left} outlived the gateway:\n{log_of(tmp_path)}")
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["TERM", "INT"])
+def test_signal_while_triton_loads_stops_it_and_exits_nonzero(run_dir: Path, signum: signal.Signals, code: int) -> None:
+    tmp_path = run_dir
+    process = start_embedded(tmp_path, SLOW_REPOSITORY)
+    try:
+        assert wait_for(lambda: stub_is_loading(tmp_path), timeout=60, interval=0.1), log_of(tmp_path)
+        sent = time.monotonic()
+        process.send_signal(signum)
+        assert process.wait(timeout=15) == code, log_of(tmp_path)
+        assert time.monotonic() - sent < 10, "the gateway took too long to stop a loading Triton"
+        assert "Triton was still starting; stopped it" in log_of(tmp_path)
+        assert f"interrupted by {signum.name}" in log_of(tmp_path)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert_nothing_left(tmp_path)
+
+
+def test_sigkill_of_a_ready_gateway_takes_triton_and_its_stubs_down(run_dir: Path) -> None:
+    tmp_path = run_dir
+    repository = tmp_path / "repository"
+    shutil.copytree(PROBE_MODEL, repository / PROBE_MODEL.name)
+    port = free_port()
+    process = start_embedded(tmp_path, repository, port)
+    try:
+
+        def ready() -> bool:
+            try:
+                return httpx.get(f"http://127.0.0.1:{port}/health/ready", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        assert wait_for(ready, timeout=60, interval=0.2), log_of(tmp_path)
+        running = triton_processes(tmp_path)
+        assert len(running) == 2, running  # tritonserver and the probe's stub
+    finally:
+        process.kill()
+    process.wait()
+    assert_nothing_left(tmp_path)
+
+
+def test_gateway_failing_after_triton_started_stops_it(run_dir: Path) -> None:
+    """The port is taken: uvicorn gives up after Triton is up, and Triton goes with it."""
+    tmp_path = run_dir
+    repository = tmp_path / "repository"
+    shutil.copytree(PROBE_MODEL, repository / PROBE_MODEL.name)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        process = start_embedded(tmp_path, repository, taken.getsockname()[1])
+        try:
+            assert process.wait(timeout=60) != 0, log_of(tmp_path)
+        finally:
+            if process.poll() is None:
+                process.kill()
+    assert "embedded Triton ready" in log_of(tmp_path)
+    assert_nothing_left(tmp_path)
