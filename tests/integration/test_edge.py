@@ -207,6 +207,13 @@ def test_metrics_move_as_requests_pass(gateway: GatewayProcess, client: openai.O
             extra_body={"ignore_eos": True},
         )
     )
+    # Inter-token gaps are observed between backend batches: tiny-llm's 3 tokens may arrive in one
+    # batch on a busy machine, so a scripted stream with a pause makes sure one gap is measured.
+    gap = json.dumps({"responses": [{"utf8": ["a"]}, {"utf8": ["b"], "delay": 0.2}]})
+    with httpx.stream(
+        "POST", gateway.url + "/v1/completions", json={"model": SCRIPTED, "prompt": gap, "stream": True}
+    ) as r:
+        assert r.status_code == 200 and r.read().endswith(b"data: [DONE]\n\n")
     after = httpx.get(gateway.url + "/metrics").text
     key = f'gateway_requests_total{{adapter="",endpoint="chat",model="{MODEL}",status="200",stream="true"}}'
     assert _samples(after, "gateway_requests_total")[key] == _samples(before, "gateway_requests_total").get(key, 0) + 1
