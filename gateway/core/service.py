@@ -10,12 +10,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
-from gateway.backend.types import Backend, GenerationChunk, GenerationRequest
+from gateway.backend.types import Backend, GenerationChunk
 from gateway.config import Settings
 from gateway.core.admission import Admission, Ticket
 from gateway.core.assemble import ChoiceEvent, RequestAssembler, Usage, coalesce
@@ -29,67 +27,19 @@ from gateway.errors import (
 )
 from gateway.logs import log_request
 from gateway.metrics import Metrics, RequestRecord
-from gateway.models.catalog import ModelCatalog, ServedModel
-from gateway.models.resolve import ResolvedModel, resolve_model
+from gateway.models.catalog import ModelCatalog
 from gateway.openai.encode import (
     DONE_FRAME,
     ChunkEncoder,
     completion_object,
     error_frame,
 )
-from gateway.openai.schemas import (
-    ChatCompletionRequest,
-    CompletionRequest,
-    SamplingFields,
-)
-from gateway.plan.chat import chat_max_tokens, render_chat_prompt
-from gateway.plan.completions import check_completion_options, completion_prompts
-from gateway.plan.limits import (
-    check_chat_limits,
-    check_prompt_limits,
-    check_sampling_limits,
-)
-from gateway.plan.sampling import resolve_max_tokens, stop_list, to_generation_request
+from gateway.plan.prepare import GenerationPlan
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class PreparedGeneration:
-    """Everything decided before the backend is called: one backend request per prompt."""
-
-    requests: tuple[GenerationRequest, ...]
-    chat: bool
-    model_id: str
-    completion_id: str
-    created: int
-    n: int
-    stops: tuple[str, ...]
-    include_stop: bool
-    max_tokens: tuple[int, ...]
-    include_usage: bool
-    continuous_usage: bool
-    logprobs: int | None = None
-    """Top-k alternatives asked for (0: only the sampled token); None: no logprobs."""
-    echo: tuple[str, ...] | None = None
-    """Legacy completions with ``echo``: each prompt's text, shown before its completion."""
-    prompt_tokens: tuple[int | None, ...] = ()
-    """The gateway's own count per prompt: usage when the backend reports none (TensorRT-LLM)."""
-    record: RequestRecord | None = None
-    deadline: float | None = None
-    """``time.monotonic()`` by which the whole request must be done."""
-    adapter: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class RequestContext:
-    """What the HTTP edge knows about a request that the core needs."""
-
-    request_id: str
-    deadline: float | None = None
-
-
-def _run(prepared: PreparedGeneration) -> RequestAssembler:
+def _run(prepared: GenerationPlan) -> RequestAssembler:
     return RequestAssembler(
         n=prepared.n,
         chat=prepared.chat,
@@ -116,12 +66,6 @@ def _feed(run: RequestAssembler, positioned: Positioned[GenerationChunk]) -> tup
     return events, final
 
 
-def count_prompt_tokens(model: ServedModel, prompt: str) -> int | None:
-    if model.tokenizer is None:
-        return None
-    return len(model.tokenizer.encode(prompt).ids)
-
-
 class CompletionService:
     """Turns OpenAI requests into backend generations and back."""
 
@@ -135,110 +79,18 @@ class CompletionService:
         self.metrics = metrics
         self.draining = False
 
-    # -- translate --------------------------------------------------------------------------------
-
-    async def _resolve(self, model_id: str) -> ResolvedModel:
-        return resolve_model(model_id, await self.catalog.models(), self.settings.lora_separator)
-
-    def _budget(self, requested: int | None, resolved: ResolvedModel, prompt: str) -> tuple[int, int | None]:
-        """``max_tokens`` to send, and the prompt's token count (None without a tokenizer)."""
-        settings = self.settings
-        cap = settings.limits_for(resolved.model.name)[2]
-        check_prompt_limits(prompt, requested, max_prompt_chars=settings.max_prompt_chars, max_tokens_cap=cap)
-        prompt_tokens = count_prompt_tokens(resolved.model, prompt)
-        max_tokens = resolve_max_tokens(
-            requested,
-            prompt_tokens=prompt_tokens,
-            max_model_len=resolved.model.max_model_len,
-            fallback=settings.default_max_tokens,
-        )
-        return (min(max_tokens, cap) if cap is not None else max_tokens), prompt_tokens
-
-    def _prepared(
-        self,
-        body: SamplingFields,
-        context: RequestContext,
-        resolved: ResolvedModel,
-        requests: list[GenerationRequest],
-        max_tokens: list[int],
-        **extra: Any,
-    ) -> PreparedGeneration:
-        options = body.stream_options
-        chat = isinstance(body, ChatCompletionRequest)
-        record = RequestRecord(
-            request_id=context.request_id,
-            endpoint="chat" if chat else "completions",
-            model=resolved.model.name,
-            adapter=resolved.adapter,
-            stream=body.stream,
-        )
-        return PreparedGeneration(
-            requests=tuple(requests),
-            chat=chat,
-            model_id=body.model,
-            completion_id=f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}",
-            created=int(time.time()),
-            n=body.n,
-            stops=tuple(stop_list(body.stop)),
-            include_stop=body.include_stop_str_in_output,
-            max_tokens=tuple(max_tokens),
-            include_usage=bool(options and options.include_usage),
-            continuous_usage=bool(options and options.continuous_usage_stats),
-            record=record,
-            deadline=context.deadline,
-            adapter=resolved.adapter,
-            **extra,
-        )
-
-    async def prepare_chat(self, body: ChatCompletionRequest, context: RequestContext) -> PreparedGeneration:
-        check_chat_limits(body, max_n=self.settings.max_n, max_messages=self.settings.max_messages)
-        resolved = await self._resolve(body.model)
-        prompt = render_chat_prompt(body, resolved)
-        max_tokens, prompt_tokens = self._budget(chat_max_tokens(body), resolved, prompt)
-        logprobs = (body.top_logprobs or 0) if body.logprobs else None
-        generation = to_generation_request(
-            body,
-            resolved,
-            request_id=context.request_id,
-            prompt=prompt,
-            max_tokens=max_tokens,
-            logprobs=logprobs,
-            deadline=context.deadline,
-        )
-        return self._prepared(
-            body, context, resolved, [generation], [max_tokens], logprobs=logprobs, prompt_tokens=(prompt_tokens,)
-        )
-
-    async def prepare_completion(self, body: CompletionRequest, context: RequestContext) -> PreparedGeneration:
-        check_sampling_limits(body, max_n=self.settings.max_n)
-        check_completion_options(body)
-        prompts = completion_prompts(body)
-        resolved = await self._resolve(body.model)
-        requests, budgets, counts = [], [], []
-        for position, prompt in enumerate(prompts):
-            max_tokens, prompt_tokens = self._budget(body.max_tokens, resolved, prompt)
-            budgets.append(max_tokens)
-            counts.append(prompt_tokens)
-            request_id = context.request_id if len(prompts) == 1 else f"{context.request_id}-{position}"
-            requests.append(
-                to_generation_request(
-                    body,
-                    resolved,
-                    prompt=prompt,
-                    max_tokens=max_tokens,
-                    logprobs=body.logprobs,
-                    deadline=context.deadline,
-                    request_id=request_id,
-                )
-            )
-        echo = tuple(prompts) if body.echo else None
-        return self._prepared(
-            body, context, resolved, requests, budgets, logprobs=body.logprobs, echo=echo, prompt_tokens=tuple(counts)
+    def record(self, plan: GenerationPlan) -> RequestRecord:
+        return RequestRecord(
+            request_id=plan.request_id,
+            endpoint=plan.endpoint,
+            model=plan.model,
+            adapter=plan.adapter,
+            stream=plan.stream,
         )
 
     # -- admit ------------------------------------------------------------------------------------
 
-    def try_admit(self, prepared: PreparedGeneration) -> Ticket | None:
+    def try_admit(self, prepared: GenerationPlan) -> Ticket | None:
         """A slot at once when one is free (no task, no wait), else None: then ``admit``."""
         self._refuse_if_draining()
         return self.admission.try_acquire(prepared.requests[0].model, prepared.adapter)
@@ -249,26 +101,26 @@ class CompletionService:
                 "The gateway is shutting down; retry on another replica.", headers={"Retry-After": "1"}
             )
 
-    async def admit(self, prepared: PreparedGeneration) -> Ticket:
+    async def admit(self, prepared: GenerationPlan, record: RequestRecord) -> Ticket:
         """Wait for a slot on the model (429 when the queue is full or the wait times out)."""
         self._refuse_if_draining()
         remaining = None if prepared.deadline is None else prepared.deadline - time.monotonic()
         try:
             return await self.admission.acquire(prepared.requests[0].model, prepared.adapter, remaining)
         except asyncio.CancelledError:
-            self._finish(prepared, None, 499, "client_disconnect")
+            self._finish(record, None, 499, "client_disconnect")
             raise
         except GatewayError as exc:
-            self._finish(prepared, None, exc.status_code, "deadline" if isinstance(exc, BackendTimeoutError) else None)
+            self._finish(record, None, exc.status_code, "deadline" if isinstance(exc, BackendTimeoutError) else None)
             raise
 
     # -- generate, assemble, encode ---------------------------------------------------------------
 
-    def _batches(self, prepared: PreparedGeneration) -> AsyncIterator[Positioned[GenerationChunk]]:
+    def _batches(self, prepared: GenerationPlan) -> AsyncIterator[Positioned[GenerationChunk]]:
         """Every prompt's chunks in batches, with the prompt's position."""
         return merge([self.backend.generate(r) for r in prepared.requests])
 
-    def _encoder(self, prepared: PreparedGeneration) -> ChunkEncoder:
+    def _encoder(self, prepared: GenerationPlan) -> ChunkEncoder:
         return ChunkEncoder(
             chat=prepared.chat,
             completion_id=prepared.completion_id,
@@ -280,15 +132,12 @@ class CompletionService:
 
     def _finish(
         self,
-        prepared: PreparedGeneration,
+        record: RequestRecord,
         run: RequestAssembler | None,
         status: int,
         cancel_reason: str | None,
         error: GatewayError | None = None,
     ) -> None:
-        record = prepared.record
-        if record is None:
-            return
         record.status = status
         record.cancel_reason = cancel_reason
         if error is not None:
@@ -309,7 +158,7 @@ class CompletionService:
         return None
 
     @staticmethod
-    def _opening(prepared: PreparedGeneration, encoder: ChunkEncoder, usage: Usage | None) -> bytes:
+    def _opening(prepared: GenerationPlan, encoder: ChunkEncoder, usage: Usage | None) -> bytes:
         """The role chunk of every choice, then (legacy ``echo``) each prompt's text."""
         choices = prepared.n * len(prepared.requests)
         opening = encoder.role_chunks(choices, usage)
@@ -318,15 +167,13 @@ class CompletionService:
             opening += encoder.events(echoed, usage)
         return opening
 
-    async def stream(self, prepared: PreparedGeneration, ticket: Ticket) -> AsyncIterator[bytes]:
+    async def stream(self, prepared: GenerationPlan, ticket: Ticket, record: RequestRecord) -> AsyncIterator[bytes]:
         """SSE frames. Errors before the first backend response propagate (so the edge can still
         answer with a status code); after that they become one error event that ends the stream.
         Backend responses that piled up while the client was being written to are sent as one
         coalesced chunk per choice (see ``Backend.generate``)."""
         encoder = self._encoder(prepared)
         run = _run(prepared)
-        record = prepared.record
-        assert record is not None
         gap = self.metrics.inter_token_latency.labels(record.model)
         continuous = prepared.continuous_usage
         batches = self._batches(prepared)
@@ -376,13 +223,11 @@ class CompletionService:
         finally:
             await batches.aclose()  # type: ignore[attr-defined]
             ticket.release()
-            self._finish(prepared, run, status, reason, error)
+            self._finish(record, run, status, reason, error)
 
-    async def complete(self, prepared: PreparedGeneration, ticket: Ticket) -> dict[str, Any]:
+    async def complete(self, prepared: GenerationPlan, ticket: Ticket, record: RequestRecord) -> dict[str, Any]:
         """One response object with every choice's full text, finish reason and the usage."""
         run = _run(prepared)
-        record = prepared.record
-        assert record is not None
         choices = prepared.n * len(prepared.requests)
         texts: list[list[str]] = [[] for _ in range(choices)]
         if prepared.echo:
@@ -417,7 +262,7 @@ class CompletionService:
         finally:
             await batches.aclose()  # type: ignore[attr-defined]
             ticket.release()
-            self._finish(prepared, run, status, reason, error)
+            self._finish(record, run, status, reason, error)
         return completion_object(
             chat=prepared.chat,
             completion_id=prepared.completion_id,

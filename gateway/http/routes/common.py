@@ -11,9 +11,10 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.core.service import CompletionService, PreparedGeneration, RequestContext
+from gateway.core.service import CompletionService
 from gateway.errors import InvalidRequestError
 from gateway.http.sse import prime, sse_response
+from gateway.plan.prepare import GenerationPlan, RequestContext
 
 T = TypeVar("T")
 
@@ -55,15 +56,16 @@ def context_of(request: Request, service: CompletionService) -> RequestContext:
     return RequestContext(request_id_of(request), deadline)
 
 
-async def respond(request: Request, service: CompletionService, prepared: PreparedGeneration, stream: bool) -> Response:
+async def respond(request: Request, service: CompletionService, prepared: GenerationPlan, stream: bool) -> Response:
     """Admit → stream (SSE) or complete (JSON); the client leaving cancels every phase."""
-    ticket = service.try_admit(prepared) or await until_disconnect(request, service.admit(prepared))
+    record = service.record(prepared)
+    ticket = service.try_admit(prepared) or await until_disconnect(request, service.admit(prepared, record))
     try:
         if stream:
             wait = service.settings.first_response_wait
-            frames = await until_disconnect(request, prime(service.stream(prepared, ticket), wait))
+            frames = await until_disconnect(request, prime(service.stream(prepared, ticket, record), wait))
             return sse_response(frames, ping_interval=service.settings.sse_ping_interval)
-        return JSONBytesResponse(await until_disconnect(request, service.complete(prepared, ticket)))
+        return JSONBytesResponse(await until_disconnect(request, service.complete(prepared, ticket, record)))
     except BaseException:
         ticket.release()  # idempotent: the generation released it already if it ever ran
         raise

@@ -10,6 +10,7 @@ from starlette.responses import Response
 
 from gateway.http.routes.common import context_of, respond, service_of
 from gateway.openai.schemas import CompletionRequest
+from gateway.plan.prepare import prepare_completion
 
 logger = logging.getLogger(__name__)
 router = APIRouter()
@@ -20,5 +21,5 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
     if body.model_extra and logger.isEnabledFor(logging.DEBUG):
         logger.debug("ignoring unknown fields: %s", sorted(body.model_extra))
     service = service_of(request)
-    prepared = await service.prepare_completion(body, context_of(request, service))
+    prepared = await prepare_completion(body, context_of(request, service), service.catalog, service.settings)
     return await respond(request, service, prepared, body.stream)
