@@ -2,24 +2,28 @@
 
 from __future__ import annotations
 
-import logging
-
 from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.http.routes.common import context_of, respond, service_of
+from gateway.http.deps import CatalogDep, ContextDep, ServiceDep, SettingsDep
+from gateway.http.respond import respond
+from gateway.http.routes import log_unknown_fields
 from gateway.openai.schemas import CompletionRequest
 from gateway.plan.prepare import prepare_completion
 
-logger = logging.getLogger(__name__)
 router = APIRouter()
 
 
 @router.post("/v1/completions", response_model=None)
-async def create_completion(body: CompletionRequest, request: Request) -> Response:
-    if body.model_extra and logger.isEnabledFor(logging.DEBUG):
-        logger.debug("ignoring unknown fields: %s", sorted(body.model_extra))
-    service = service_of(request)
-    prepared = await prepare_completion(body, context_of(request, service), service.catalog, service.settings)
-    return await respond(request, service, prepared, body.stream)
+async def create_completion(
+    body: CompletionRequest,
+    request: Request,
+    context: ContextDep,
+    settings: SettingsDep,
+    catalog: CatalogDep,
+    service: ServiceDep,
+) -> Response:
+    log_unknown_fields(body)
+    plan = await prepare_completion(body, context, catalog, settings)
+    return await respond(request, service, plan, settings)

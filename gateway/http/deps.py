@@ -1,0 +1,68 @@
+"""FastAPI dependencies: what a route handler may ask for, read from ``app.state`` (set by
+``create_app``), and the request's context (its id and deadline)."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+from fastapi import Depends
+from starlette.requests import Request
+
+from gateway.backend.types import Backend
+from gateway.config import Settings
+from gateway.core.service import CompletionService
+from gateway.errors import InvalidRequestError
+from gateway.http.request_id import request_id_of
+from gateway.metrics import Metrics
+from gateway.models.catalog import ModelCatalog
+from gateway.plan.prepare import RequestContext
+
+TIMEOUT_HEADER = "x-request-timeout"
+
+
+def get_settings(request: Request) -> Settings:
+    return request.app.state.settings  # type: ignore[no-any-return]
+
+
+def get_catalog(request: Request) -> ModelCatalog:
+    return request.app.state.catalog  # type: ignore[no-any-return]
+
+
+def get_service(request: Request) -> CompletionService:
+    return request.app.state.service  # type: ignore[no-any-return]
+
+
+def get_backend(request: Request) -> Backend:
+    return request.app.state.backend  # type: ignore[no-any-return]
+
+
+def get_metrics(request: Request) -> Metrics:
+    return request.app.state.metrics  # type: ignore[no-any-return]
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+CatalogDep = Annotated[ModelCatalog, Depends(get_catalog)]
+ServiceDep = Annotated[CompletionService, Depends(get_service)]
+BackendDep = Annotated[Backend, Depends(get_backend)]
+MetricsDep = Annotated[Metrics, Depends(get_metrics)]
+
+
+def get_context(request: Request, settings: SettingsDep) -> RequestContext:
+    """The request id and the deadline: the configured ``request_timeout``, lowered (never
+    raised) by an ``X-Request-Timeout: <seconds>`` header."""
+    timeout = settings.request_timeout
+    header = request.headers.get(TIMEOUT_HEADER)
+    if header is not None:
+        try:
+            asked = float(header)
+        except ValueError:
+            asked = -1.0
+        if not asked > 0:
+            raise InvalidRequestError(f"{TIMEOUT_HEADER} must be a positive number of seconds, got {header!r}")
+        timeout = asked if timeout is None else min(timeout, asked)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    return RequestContext(request_id_of(request.scope), deadline)
+
+
+ContextDep = Annotated[RequestContext, Depends(get_context)]
