@@ -31,7 +31,7 @@ class Generation:
     nothing to say yet (no choices; cannot happen for a valid plan).
     """
 
-    __slots__ = ("assembler", "_batches", "_ticket", "_outcome", "_opening", "_final", "_several", "_closed")
+    __slots__ = ("assembler", "_batches", "_ticket", "_outcome", "_opening", "_done", "_final", "_several", "_closed")
 
     def __init__(self, plan: GenerationPlan, backend: Backend, ticket: Ticket, outcome: RequestOutcome) -> None:
         self.assembler = RequestAssembler(
@@ -53,8 +53,11 @@ class Generation:
             [ChoiceEvent(i, echo[i // plan.n], None, None) for i in range(plan.choices)] if echo else None
         )
         """Legacy ``echo``: each prompt's text, said before anything the backend says."""
+        self._done = False
+        """Every choice has ended: the next step closes the backend and ends the iteration."""
         self._final = False
-        """Whether the last chunk fed was the backend's final one (else a stop string ended it)."""
+        """Whether the backend ended by itself (a final chunk, or the end of its stream) rather
+        than the gateway ending it (every choice hit a stop string)."""
         self._several = len(plan.requests) > 1
         self._closed = False
 
@@ -70,28 +73,27 @@ class Generation:
         return self
 
     async def __anext__(self) -> list[ChoiceEvent]:
-        run = self.assembler
-        if run.done:
+        if self._done:
             await self.aclose()
             raise StopAsyncIteration
+        run = self.assembler
         try:
             while True:
                 try:
                     position, batch = await self._batches.__anext__()
                 except StopAsyncIteration:  # the backend ended without a final flag on every choice
-                    self._final = True
+                    self._done = self._final = True
                     events = run.close()
                     break
                 self._outcome.responded()
                 events = []
-                final = False
                 for chunk in batch:
-                    final = chunk.final
                     events.extend(run.feed(position, chunk))
                     if run.done:
+                        self._done = True
+                        self._final = chunk.final
                         break
-                self._final = final
-                if events or run.done:
+                if events:  # always, once done: a choice that ends says so
                     break
         except BaseException as exc:
             self._outcome.fail(exc, run.usage)
@@ -118,7 +120,7 @@ class Generation:
         finally:
             self._ticket.release()
             run = self.assembler
-            if run.done:
+            if self._done:
                 self._outcome.succeed(run.usage, stopped_early=not (self._final or self._several))
             else:
                 self._outcome.abandon(run.usage)
