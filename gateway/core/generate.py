@@ -54,7 +54,8 @@ class Generation:
         )
         """Legacy ``echo``: each prompt's text, said before anything the backend says."""
         self._done = False
-        """Every choice has ended: the next step closes the backend and ends the iteration."""
+        """No more steps: every choice has ended (the next step closes the backend and ends the
+        iteration), or the generation was closed."""
         self._final = False
         """Whether the backend ended by itself (a final chunk, or the end of its stream) rather
         than the gateway ending it (every choice hit a stop string)."""
@@ -114,13 +115,13 @@ class Generation:
         success when every choice ended, else the consumer stopped early (the client left)."""
         if self._closed:
             return
-        self._closed = True
+        self._closed = self._done = True
         try:
             await self._batches.aclose()  # type: ignore[attr-defined]
         finally:
             self._ticket.release()
             run = self.assembler
-            if self._done:
+            if run.done:
                 self._outcome.succeed(run.usage, stopped_early=not (self._final or self._several))
             else:
                 self._outcome.abandon(run.usage)
