@@ -5,9 +5,11 @@ One loop for streaming and non-streaming requests alike; it knows nothing of SSE
 (coalesced: one event per choice and batch where possible), so a slow consumer gets fewer, larger
 steps. Errors are the typed ``GatewayError``s the backend and the assembler raise.
 
-Whatever ends it (every choice done, a stop string, an error, the consumer cancelled or closing
-it early), ``aclose`` runs: it closes the backend's iterators, which is what cancels the Triton
-call, releases the admission slot, and finishes the request's outcome.
+Whatever ends it, ``aclose`` runs: the loop calls it itself when every choice is done (a stop
+string included), on an error, or when its task is cancelled mid-step; a consumer that stops
+early (the client left while a frame was being written) calls it in its ``finally``. It closes
+the backend's iterators, which is what cancels the Triton call, releases the admission slot, and
+finishes the request's outcome.
 """
 
 from __future__ import annotations
@@ -27,8 +29,7 @@ class Generation:
 
     A plain async iterator rather than an async generator: ``aclose`` must work (and finish the
     outcome) even when iteration never started, and the per-batch step is one coroutine, the same
-    cost as a generator's. Every list it yields is non-empty, except the first when there is
-    nothing to say yet (no choices; cannot happen for a valid plan).
+    cost as a generator's. Every list it yields is non-empty.
     """
 
     __slots__ = ("assembler", "_batches", "_ticket", "_outcome", "_opening", "_done", "_final", "_several", "_closed")
