@@ -1,5 +1,8 @@
 """FastAPI dependencies: what a route handler may ask for, read from ``app.state`` (set by
-``create_app``), and the request's context (its id and deadline)."""
+``create_app``), and the request's context (its id and deadline).
+
+They are ``async def`` although none awaits: FastAPI runs a plain ``def`` dependency in its
+thread pool, a thread hop per dependency per request."""
 
 from __future__ import annotations
 
@@ -21,23 +24,23 @@ from gateway.plan.prepare import RequestContext
 TIMEOUT_HEADER = "x-request-timeout"
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     return request.app.state.settings  # type: ignore[no-any-return]
 
 
-def get_catalog(request: Request) -> ModelCatalog:
+async def get_catalog(request: Request) -> ModelCatalog:
     return request.app.state.catalog  # type: ignore[no-any-return]
 
 
-def get_service(request: Request) -> CompletionService:
+async def get_service(request: Request) -> CompletionService:
     return request.app.state.service  # type: ignore[no-any-return]
 
 
-def get_backend(request: Request) -> Backend:
+async def get_backend(request: Request) -> Backend:
     return request.app.state.backend  # type: ignore[no-any-return]
 
 
-def get_metrics(request: Request) -> Metrics:
+async def get_metrics(request: Request) -> Metrics:
     return request.app.state.metrics  # type: ignore[no-any-return]
 
 
@@ -48,7 +51,7 @@ BackendDep = Annotated[Backend, Depends(get_backend)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 
 
-def get_context(request: Request, settings: SettingsDep) -> RequestContext:
+async def get_context(request: Request, settings: SettingsDep) -> RequestContext:
     """The request id and the deadline: the configured ``request_timeout``, lowered (never
     raised) by an ``X-Request-Timeout: <seconds>`` header."""
     timeout = settings.request_timeout
