@@ -1,8 +1,9 @@
 """``create_app(settings)``: the FastAPI application, wired, and its lifespan.
 
 There is no module-level app: tests and the CLI build one from a ``Settings``. The pieces routes
-need (settings, catalog, backend, metrics, the core service) are put on ``app.state`` here and
-reach handlers through ``http.deps``; errors are mapped by ``http.errors``.
+need (settings, catalog, backend, metrics, the core service) are put on ``app.state`` here as
+``http.deps.Components`` and reach handlers through ``http.deps``; errors are mapped by
+``http.errors``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from gateway.config import Settings
 from gateway.core.admission import Admission
 from gateway.core.service import CompletionService
 from gateway.errors import GatewayError
+from gateway.http.deps import Components
 from gateway.http.errors import install_error_handlers
 from gateway.http.request_id import RequestIdMiddleware
 from gateway.http.routes import chat, completions, health, metrics, models
@@ -58,11 +60,8 @@ def create_app(settings: Settings, backend: Backend | None = None) -> FastAPI:
         await the_backend.close()
 
     app = FastAPI(title="triton-openai-gateway", version="0.1.0", lifespan=lifespan)
-    app.state.settings = settings
-    app.state.backend = the_backend
-    app.state.catalog = catalog
-    app.state.metrics = the_metrics
-    app.state.service = service
+    app.state.components = Components(settings, the_backend, catalog, the_metrics, service)
+    app.state.service = service  # the CLI hands it to the server's drain
     install_error_handlers(app)
     app.include_router(health.router)
     app.include_router(models.router)

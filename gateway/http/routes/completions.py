@@ -6,7 +6,7 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.http.deps import CatalogDep, ContextDep, ServiceDep, SettingsDep
+from gateway.http.deps import ComponentsDep, ContextDep
 from gateway.http.respond import respond
 from gateway.http.routes import log_unknown_fields
 from gateway.openai.schemas import CompletionRequest
@@ -20,10 +20,8 @@ async def create_completion(
     body: CompletionRequest,
     request: Request,
     context: ContextDep,
-    settings: SettingsDep,
-    catalog: CatalogDep,
-    service: ServiceDep,
+    components: ComponentsDep,
 ) -> Response:
     log_unknown_fields(body)
-    plan = await prepare_completion(body, context, catalog, settings)
-    return await respond(request, service, plan, settings)
+    plan = await prepare_completion(body, context, components.catalog, components.settings)
+    return await respond(request, components.service, plan, components.settings)
