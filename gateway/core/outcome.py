@@ -29,7 +29,7 @@ waits for the edge to write."""
 class RequestOutcome:
     """Status, cancel reason, error type, usage and timings of one request."""
 
-    __slots__ = ("record", "finished", "backend_started", "_metrics", "_gap", "_log")
+    __slots__ = ("record", "finished", "backend_started", "_metrics", "_gap", "_gaps", "_log")
 
     def __init__(self, plan: GenerationPlan, metrics: Metrics, *, log: bool) -> None:
         self.record = RequestRecord(
@@ -44,16 +44,18 @@ class RequestOutcome:
         """Set once the backend was asked to generate: a shutdown then cancels real work."""
         self._metrics = metrics
         self._gap: Histogram | None = None
+        self._gaps = plan.stream
+        """Inter-token gaps are what a stream's client sees; a non-streaming client sees none."""
         self._log = log
 
     def responded(self) -> None:
-        """A batch of backend responses arrived: the first token's time, then each gap."""
+        """A batch of backend responses arrived: the first token's time, then each gap (streams)."""
         now = time.perf_counter()
         record = self.record
         last = record.last_token
         if last is None:
             record.first_token = now
-        else:
+        elif self._gaps:
             gap = self._gap
             if gap is None:
                 gap = self._gap = self._metrics.inter_token_latency.labels(record.model)

@@ -1,10 +1,10 @@
 """FastAPI dependencies: what a route handler may ask for, read from ``app.state.components``
-(set by ``create_app``), and the request's context (its id and deadline).
+(set by ``create_app``), and the request's context (its id and deadline) for planning.
 
 They are ``async def`` although none awaits: FastAPI runs a plain ``def`` dependency in its
 thread pool, a thread hop per dependency per request. Each dependency also costs FastAPI's
-solving (~10 µs), so the completion routes take the ``Components`` whole rather than one
-dependency per part.
+solving (~10-15 µs a request), so the completion routes take the ``Components`` whole, their one
+dependency, rather than one per part.
 """
 
 from __future__ import annotations
@@ -73,10 +73,11 @@ BackendDep = Annotated[Backend, Depends(get_backend)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 
 
-async def get_context(request: Request, components: ComponentsDep) -> RequestContext:
+def request_context(request: Request, settings: Settings) -> RequestContext:
     """The request id and the deadline: the configured ``request_timeout``, lowered (never
-    raised) by an ``X-Request-Timeout: <seconds>`` header."""
-    timeout = components.settings.request_timeout
+    raised) by an ``X-Request-Timeout: <seconds>`` header. A plain call rather than a dependency,
+    to keep the completion routes at one dependency."""
+    timeout = settings.request_timeout
     header = request.headers.get(TIMEOUT_HEADER)
     if header is not None:
         try:
@@ -88,6 +89,3 @@ async def get_context(request: Request, components: ComponentsDep) -> RequestCon
         timeout = asked if timeout is None else min(timeout, asked)
     deadline = None if timeout is None else time.monotonic() + timeout
     return RequestContext(request_id_of(request.scope), deadline)
-
-
-ContextDep = Annotated[RequestContext, Depends(get_context)]

@@ -127,3 +127,12 @@ def test_no_log_line_unless_asked(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO, logger="gateway.access"):
         RequestOutcome(make_plan(), metrics(), log=False).abandon()
     assert not [r for r in caplog.records if r.name == "gateway.access"]
+
+
+def test_a_non_streaming_request_has_a_first_token_time_but_no_gaps() -> None:
+    m = metrics()
+    outcome = RequestOutcome(make_plan(stream=False), m, log=False)
+    outcome.responded()
+    outcome.responded()
+    assert outcome.record.first_token is not None
+    assert sample(m, "gateway_inter_token_latency_seconds_count", model="m") == 0

@@ -6,7 +6,7 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.http.deps import ComponentsDep, ContextDep
+from gateway.http.deps import ComponentsDep, request_context
 from gateway.http.respond import respond
 from gateway.http.routes import log_unknown_fields
 from gateway.openai.schemas import CompletionRequest
@@ -19,9 +19,9 @@ router = APIRouter()
 async def create_completion(
     body: CompletionRequest,
     request: Request,
-    context: ContextDep,
     components: ComponentsDep,
 ) -> Response:
     log_unknown_fields(body)
+    context = request_context(request, components.settings)
     plan = await prepare_completion(body, context, components.catalog, components.settings)
     return await respond(request, components.service, plan, components.settings)
