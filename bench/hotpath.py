@@ -1,13 +1,13 @@
 """CPU per token of the gateway's own per-token path, in one process, without sockets or Triton.
 
 A real ``GrpcConnection`` is fed the exact bytes an HTTP/2 gRPC server sends (made by an h2
-server-side connection: headers, one DATA frame per token, trailers), and ``CompletionService``
-turns them into SSE frames as it does for a real request; only the sockets, uvicorn and Triton
-are missing. On a shared 2-core box the end-to-end figure (``gateway_bench.py``) moves ±15 % run
-to run; the best of several rounds here moves less (~10 %), and a profiler (cProfile) on it shows
-our own per-token calls without the sockets' noise. Its µs/token is *part* of the gateway's: add
-the socket write per chunk (~12-15 µs), the event-loop wake-ups, uvicorn and the per-request HTTP
-work.
+server-side connection: headers, one DATA frame per token, trailers), and the core's
+``Generation`` and the edge's ``StreamFrames`` turn them into SSE frames as they do for a real
+request; only the sockets, uvicorn and Triton are missing. On a shared 2-core box the end-to-end
+figure (``gateway_bench.py``) moves ±15 % run to run; the best of several rounds here moves less
+(~10 %), and a profiler (cProfile) on it shows our own per-token calls without the sockets' noise.
+Its µs/token is *part* of the gateway's: add the socket write per chunk (~12-15 µs), the
+event-loop wake-ups, uvicorn and the per-request HTTP work.
 
 ``--through-h2`` swaps in a variant of ``GrpcConnection.data_received`` that hands every frame,
 DATA included, to h2 (flow control by ``acknowledge_received_data``): the design the transport
@@ -44,10 +44,12 @@ from gateway.backend.triton import TritonBackend
 from gateway.backend.types import BackendModel
 from gateway.config import Settings
 from gateway.core.admission import Admission
-from gateway.core.service import CompletionService, RequestContext
+from gateway.core.service import CompletionService
+from gateway.http.streaming import StreamFrames
 from gateway.metrics import Metrics
 from gateway.models.catalog import ModelCatalog
 from gateway.openai.schemas import CompletionRequest
+from gateway.plan.prepare import RequestContext, prepare_completion
 
 
 class _Transport:
@@ -126,7 +128,7 @@ async def run(requests: int, tokens: int) -> tuple[float, float]:
     catalog = ModelCatalog(backend, [], 3600)
     await catalog.refresh()
     admission = Admission(lambda model: settings.limits_for(model)[:2], settings.queue_timeout)
-    service = CompletionService(backend, catalog, settings, admission, Metrics(admission, catalog.adapter_count))
+    service = CompletionService(backend, admission, Metrics(admission, catalog.adapter_count))
     body = CompletionRequest(
         model="firehose",
         prompt="benchmark prompt",
@@ -140,10 +142,12 @@ async def run(requests: int, tokens: int) -> tuple[float, float]:
     setup = 0.0
     for number in range(requests):
         mark = time.process_time()
-        prepared = await service.prepare_completion(body, RequestContext(f"r{number}"))
-        ticket = service.try_admit(prepared)
+        plan = await prepare_completion(body, RequestContext(f"r{number}"), catalog, settings)
+        outcome = service.outcome(plan)
+        ticket = service.try_admit(plan, outcome)
         assert ticket is not None
-        stream = service.stream(prepared, ticket)
+        generation = service.generate(plan, ticket, outcome)
+        stream = StreamFrames(plan, generation, asyncio.ensure_future(anext(generation)))
         first = asyncio.ensure_future(anext(stream))
         await asyncio.sleep(0)  # the call is opened: its HEADERS and DATA are in transport.out
         setup += time.process_time() - mark

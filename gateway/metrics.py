@@ -1,7 +1,7 @@
 """Prometheus metrics, in a registry of the app's own (no global state between apps in a process).
 
-Per request, the service fills one ``RequestRecord`` (plain attributes, no locks) and hands it to
-``Metrics.finish`` once; per backend chunk only the inter-token gap is observed. Gauges that
+Per request, its ``core.outcome.RequestOutcome`` fills one ``RequestRecord`` (plain attributes, no
+locks) and hands it to ``Metrics.finish`` once; per backend chunk only the inter-token gap is observed. Gauges that
 describe the present (in flight, waiting, the ``vllm:*`` names the Kubernetes Gateway API
 Inference Extension scrapes) are computed at scrape time from the admission state, so requests
 never touch them.

@@ -35,9 +35,9 @@ class ModelGate:
     def _has_room(self) -> bool:
         return self.limit <= 0 or self.running < self.limit
 
-    async def acquire(self, adapter: str | None, timeout: float, deadline: float | None) -> None:
+    async def acquire(self, adapter: str | None, timeout: float, remaining: float | None) -> None:
         """Take a slot, waiting in line if needed. Raises 429 when the line is full or the wait
-        times out, 504 when the request's own deadline passes first."""
+        times out, 504 when the request's own deadline (``remaining`` seconds away) passes first."""
         if self._has_room() and not self._waiters:
             self._take(adapter)
             return
@@ -45,7 +45,7 @@ class ModelGate:
             raise RateLimitError(
                 "Too many requests are waiting for this model; retry shortly.", headers={"Retry-After": "1"}
             )
-        wait = timeout if deadline is None else min(timeout, deadline)
+        wait = timeout if remaining is None else min(timeout, remaining)
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(future)
         if adapter:
@@ -58,7 +58,7 @@ class ModelGate:
                     self._taken(adapter)
                     return
                 future.cancel()
-                if deadline is not None and deadline <= timeout:
+                if remaining is not None and remaining <= timeout:
                     raise BackendTimeoutError("the request's deadline passed while it waited for a slot") from None
                 raise RateLimitError(
                     f"Waited {timeout:g} s for a free slot for this model; retry shortly.",
@@ -150,9 +150,10 @@ class Admission:
             return Ticket(gate, adapter)
         return None
 
-    async def acquire(self, model: str, adapter: str | None, deadline: float | None = None) -> Ticket:
+    async def acquire(self, model: str, adapter: str | None, remaining: float | None = None) -> Ticket:
+        """A slot on ``model``; ``remaining``: seconds until the request's deadline (None: none)."""
         gate = self.gate(model)
-        await gate.acquire(adapter, self.queue_timeout, deadline)
+        await gate.acquire(adapter, self.queue_timeout, remaining)
         return Ticket(gate, adapter)
 
     def reject_waiting(self, error: Exception) -> int:

@@ -28,7 +28,7 @@ from gateway.errors import BackendError
 class ChoiceEvent(NamedTuple):
     """What one choice says in response to one backend chunk."""
 
-    index: int
+    index: int  # type: ignore[assignment]  # shadows tuple.index, which nothing here calls
     text: str
     finish_reason: str | None
     logprobs: list[Any] | None

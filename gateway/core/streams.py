@@ -29,8 +29,7 @@ async def merge(sources: Sequence[AsyncIterator[list[T]]]) -> AsyncIterator[Posi
             await source.aclose()  # type: ignore[attr-defined]
         return
     pending: dict[asyncio.Future[list[T]], int] = {
-        asyncio.ensure_future(anext(source)): position
-        for position, source in enumerate(sources)  # type: ignore[arg-type]
+        asyncio.ensure_future(anext(source)): position for position, source in enumerate(sources)
     }
     try:
         while pending:
@@ -41,7 +40,7 @@ async def merge(sources: Sequence[AsyncIterator[list[T]]]) -> AsyncIterator[Posi
                     batch = future.result()
                 except StopAsyncIteration:
                     continue
-                pending[asyncio.ensure_future(anext(sources[position]))] = position  # type: ignore[arg-type]
+                pending[asyncio.ensure_future(anext(sources[position]))] = position
                 yield position, batch
     finally:
         for future in pending:

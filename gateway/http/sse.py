@@ -1,94 +1,56 @@
-"""SSE transport: the streaming response, keep-alive pings, and priming for early errors.
+"""SSE on the wire: the event framing, and the streaming response that writes the frames.
 
-Framing of each event is done by ``responses.ChunkEncoder`` (bytes in the hot path); this module
-writes those bytes, watches for the client's disconnect (then cancels the stream, whose
-``finally`` cancels the Triton call) and pings while idle. Pings are bare comment lines
-(``: ping``): never ``id:`` or ``retry:`` fields, which break some openai-python versions. Server
-shutdown is the drain in ``server.py``. (sse-starlette did this job first; it spends a task group,
-four tasks and a cancel scope per frame on concerns these streams do not have: see
+Every SSE byte the gateway sends is framed here: ``data: <json>\n\n`` events (the OpenAI chunks
+are encoded into ``DATA_FRAMING`` directly, see ``openai.encode.ChunkEncoder``), ``data: [DONE]``,
+and pings. Pings are bare comment lines (``: ping``): never ``id:`` or ``retry:`` fields, which
+break some openai-python versions. ``SSEResponse`` writes the frames, watches for the client's
+disconnect (then cancels the stream, whose ``aclose`` cancels the Triton call) and pings while
+idle. Server shutdown is the drain in ``server.py``. (sse-starlette did this job first; it spends
+a task group, four tasks and a cancel scope per frame on concerns these streams do not have: see
 docs/DEPENDENCIES.md for the numbers that retired it.)
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
+from typing import Protocol
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-
-class _Primed:
-    """The first frame, then the rest of ``frames``: a plain iterator object rather than another
-    async generator layer, since every frame of the stream passes through it."""
-
-    __slots__ = ("_first", "_frames")
-
-    def __init__(self, first: bytes | asyncio.Task[bytes], frames: AsyncIterator[bytes]) -> None:
-        self._first: bytes | asyncio.Task[bytes] | None = first
-        self._frames = frames
-
-    def __aiter__(self) -> _Primed:
-        return self
-
-    async def __anext__(self) -> bytes:
-        first = self._first
-        if first is None:
-            return await self._frames.__anext__()
-        self._first = None
-        if isinstance(first, bytes):
-            return first
-        return await first  # StopAsyncIteration ends the stream
-
-    async def aclose(self) -> None:
-        first = self._first
-        if isinstance(first, asyncio.Task):
-            first.cancel()
-        self._first = None
-        await self._frames.aclose()  # type: ignore[attr-defined]
-
-
-async def prime(frames: AsyncIterator[bytes], wait: float) -> AsyncIterator[bytes]:
-    """Wait up to ``wait`` seconds for the first frame before any header is sent.
-
-    An error that comes that early (Triton down, a model refusing the request) then raises here
-    and gets a real status code instead of a 200 stream with an error event; a slow first token
-    (a long prefill) does not hold the headers back longer than ``wait``, so pings start flowing.
-    """
-
-    async def first_frame() -> bytes:
-        return await anext(frames)
-
-    task = asyncio.ensure_future(first_frame())
-    try:
-        done, _ = await asyncio.wait({task}, timeout=wait)
-    except asyncio.CancelledError:  # the client left while we waited: stop the generation now
-        task.cancel()
-        await asyncio.wait({task}, timeout=1.0)
-        raise
-    if not done:
-        return _Primed(task, frames)
-    try:
-        first = task.result()
-    except StopAsyncIteration:
-        first = b""
-    except BaseException:
-        await frames.aclose()  # type: ignore[attr-defined]
-        raise
-    return _Primed(first, frames)
-
-
+DATA_FRAMING = (b"data: ", b"\n\n")
+"""An SSE ``data`` event's prefix and suffix: the payload is one line of JSON (no newlines)."""
+DONE_FRAME = b"data: [DONE]\n\n"
+"""OpenAI's end of stream; never sent after an error event."""
 PING_FRAME = b": ping\n\n"
+
+
+def data_frame(payload: bytes) -> bytes:
+    """One SSE ``data`` event around a one-line payload."""
+    return DATA_FRAMING[0] + payload + DATA_FRAMING[1]
+
+
 BODY_SEND = "body_send"
 """``scope["state"]`` key of the outer ``send`` to write body frames with (see
-``app.RequestIdMiddleware``); without it, frames go through the ``send`` the response was given."""
+``http.request_id.RequestIdMiddleware``); without it, frames go through the response's own ``send``."""
+
+
+class Frames(Protocol):
+    """The SSE frames of one stream; ``aclose`` stops whatever produces them."""
+
+    def __aiter__(self) -> Frames: ...
+
+    async def __anext__(self) -> bytes: ...
+
+    async def aclose(self) -> None: ...
 
 
 class SSEResponse(Response):
     """A streaming ``text/event-stream`` response for frames that are already SSE-encoded.
 
     One extra task per stream waits on ``receive`` and cancels the stream the moment the client
-    disconnects (the stream's ``finally`` then cancels the Triton call); a timer sends a
+    disconnects (closing the frames then cancels the Triton call); a timer sends a
     ``: ping`` comment whenever nothing was written for ``ping_interval`` seconds. The frames are
     written with one ``send`` each and nothing else per frame: no task group, no cancel scope, no
     re-encoding. Idle streams cost memory, so the per-stream state is kept to that.
@@ -96,7 +58,7 @@ class SSEResponse(Response):
 
     media_type = "text/event-stream"
 
-    def __init__(self, frames: AsyncIterator[bytes], ping_interval: float, headers: Mapping[str, str]) -> None:
+    def __init__(self, frames: Frames, ping_interval: float, headers: Mapping[str, str]) -> None:
         self.frames = frames
         self.ping_interval = ping_interval
         self.status_code = 200
@@ -110,6 +72,7 @@ class SSEResponse(Response):
         last_write = loop.time()
         client_gone = False
         pings: set[asyncio.Task[None]] = set()
+        timer: asyncio.TimerHandle
 
         async def watch() -> None:
             nonlocal client_gone
@@ -152,12 +115,10 @@ class SSEResponse(Response):
         finally:
             timer.cancel()
             watcher.cancel()
-            await self.frames.aclose()  # type: ignore[attr-defined]
+            await self.frames.aclose()
 
 
-def sse_response(
-    frames: AsyncIterator[bytes], *, ping_interval: float, headers: Mapping[str, str] | None = None
-) -> SSEResponse:
+def sse_response(frames: Frames, *, ping_interval: float, headers: Mapping[str, str] | None = None) -> SSEResponse:
     return SSEResponse(
         frames,
         ping_interval,

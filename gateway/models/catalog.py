@@ -30,7 +30,6 @@ class ServedModel:
     name: str
     adapters: tuple[str, ...] = ()
     template: ChatTemplate | None = None
-    tokenizer_dir: Path | None = None
     max_model_len: int | None = None
     tokenizer: Any = None
     """A ``tokenizers.Tokenizer`` for counting prompt tokens, when the model's files have one."""
@@ -106,7 +105,6 @@ class ModelCatalog:
             name=model.name,
             adapters=files.adapters,
             template=template,
-            tokenizer_dir=files.tokenizer_dir,
             max_model_len=files.max_model_len,
             tokenizer=self._tokenizer(files.tokenizer_dir) if files.tokenizer_dir else None,
             inputs=model.inputs,

@@ -17,11 +17,10 @@ from gateway.models.catalog import ServedModel
 
 @dataclass(frozen=True, slots=True)
 class ResolvedModel:
+    """The base model a request names, and the LoRA adapter (None: the base model itself)."""
+
     model: ServedModel
     adapter: str | None
-
-    def model_id(self, separator: str) -> str:
-        return self.model.name if self.adapter is None else f"{self.model.name}{separator}{self.adapter}"
 
 
 def resolve_model(model_id: str, models: Mapping[str, ServedModel], separator: str) -> ResolvedModel:

@@ -81,22 +81,16 @@ def _environment() -> ImmutableSandboxedEnvironment:
 def _token_text(value: Any) -> str | None:
     if isinstance(value, str):
         return value
-    if isinstance(value, Mapping) and isinstance(value.get("content"), str):
-        return value["content"]
-    return None
+    content = value.get("content") if isinstance(value, Mapping) else None
+    return content if isinstance(content, str) else None
 
 
 class ChatTemplate:
     """A compiled chat template plus the special-token variables it may use."""
 
     def __init__(self, source: str, special_tokens: Mapping[str, Any] | None = None) -> None:
-        self.source = source
         self._template = _environment().from_string(source)
         self._special_tokens = dict(special_tokens or {})
-
-    @property
-    def bos_token(self) -> str | None:
-        return self._special_tokens.get("bos_token")
 
     @classmethod
     def from_directory(cls, directory: Path) -> ChatTemplate | None:

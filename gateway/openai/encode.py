@@ -1,7 +1,8 @@
-"""OpenAI response objects and stream chunks, built as dicts and encoded with orjson.
+"""OpenAI's response shapes: stream chunks (bytes, on the per-token path) and whole response objects.
 
 Streaming chunks are on the per-token path, so each request gets an encoder that pre-encodes the
-bytes every chunk shares (id, created, model) once, and per event only the delta is encoded.
+bytes every chunk shares (the framing's prefix, id, created, model) once, and per event only the
+delta is encoded. The framing itself (SSE's ``data: `` … ``\\n\\n``) is the HTTP edge's, passed in.
 """
 
 from __future__ import annotations
@@ -12,16 +13,17 @@ from typing import Any
 import orjson
 
 from gateway.core.assemble import ChoiceEvent, Usage
+from gateway.core.logprobs import merge_completion_logprobs
 
 _NULL = b"null"
 
-
-def _frame(payload: bytes) -> bytes:
-    return b"data: " + payload + b"\n\n"
+Framing = tuple[bytes, bytes]
+"""What goes before and after each chunk's JSON on the wire."""
 
 
 class ChunkEncoder:
-    """Encodes ``chat.completion.chunk`` (chat) or ``text_completion`` (legacy) stream events."""
+    """Encodes ``chat.completion.chunk`` (chat) or ``text_completion`` (legacy) stream chunks,
+    each one JSON object wrapped in ``framing``; a call's chunks are concatenated."""
 
     def __init__(
         self,
@@ -30,47 +32,34 @@ class ChunkEncoder:
         completion_id: str,
         created: int,
         model: str,
+        framing: Framing,
         include_usage: bool = False,
         continuous_usage: bool = False,
-        index_offset: int = 0,
     ) -> None:
         self._chat = chat
         obj = "chat.completion.chunk" if chat else "text_completion"
         head = {"id": completion_id, "object": obj, "created": created, "model": model}
-        self._head = orjson.dumps(head)[:-1] + b',"system_fingerprint":null,"choices":['
-        self.include_usage = include_usage
+        prefix, self._suffix = framing
+        self._head = prefix + orjson.dumps(head)[:-1] + b',"system_fingerprint":null,"choices":['
         self.continuous_usage = continuous_usage
         self._usage_tail = include_usage or continuous_usage
-        self.index_offset = index_offset
 
     def _chunk(self, choices: bytes, usage: Usage | None) -> bytes:
         if self._usage_tail:
             tail = orjson.dumps(usage.as_dict()) if (usage is not None and self.continuous_usage) else _NULL
-            return _frame(self._head + choices + b'],"usage":' + tail + b"}")
-        return _frame(self._head + choices + b"]}")
+            return self._head + choices + b'],"usage":' + tail + b"}" + self._suffix
+        return self._head + choices + b"]}" + self._suffix
 
     def _choice(self, index: int, delta: bytes, finish_reason: str | None, logprobs: Any) -> bytes:
         fr = _NULL if finish_reason is None else b'"' + finish_reason.encode() + b'"'
         lp = _NULL if logprobs is None else orjson.dumps(logprobs)
-        index_bytes = str(index + self.index_offset).encode()
-        if self._chat:
-            return (
-                b'{"index":'
-                + index_bytes
-                + b',"delta":'
-                + delta
-                + b',"logprobs":'
-                + lp
-                + b',"finish_reason":'
-                + fr
-                + b"}"
-            )
+        field = b',"delta":' if self._chat else b',"text":'
         return (
-            b'{"index":' + index_bytes + b',"text":' + delta + b',"logprobs":' + lp + b',"finish_reason":' + fr + b"}"
+            b'{"index":' + str(index).encode() + field + delta + b',"logprobs":' + lp + b',"finish_reason":' + fr + b"}"
         )
 
     def role_chunks(self, n: int, usage: Usage | None = None) -> bytes:
-        """The first chunk of each chat choice: ``delta.role = "assistant"``."""
+        """The first chunk of each chat choice: ``delta.role = "assistant"``; nothing for legacy."""
         if not self._chat:
             return b""
         return b"".join(
@@ -78,7 +67,7 @@ class ChunkEncoder:
         )
 
     def events(self, events: Sequence[ChoiceEvent], usage: Usage | None) -> bytes:
-        """Frames for one batch of events: content first, then a separate finish chunk (as OpenAI
+        """Chunks for one batch of events: content first, then a separate finish chunk (as OpenAI
         does: the last chunk of a choice has an empty delta and the finish reason)."""
         out = []
         for event in events:
@@ -95,14 +84,7 @@ class ChunkEncoder:
 
     def usage_chunk(self, usage: Usage) -> bytes:
         """The extra last chunk of ``include_usage``: no choices, the totals."""
-        return _frame(self._head + b'],"usage":' + orjson.dumps(usage.as_dict()) + b"}")
-
-
-DONE_FRAME = b"data: [DONE]\n\n"
-
-
-def error_frame(body: dict[str, Any]) -> bytes:
-    return _frame(orjson.dumps(body))
+        return self._head + b'],"usage":' + orjson.dumps(usage.as_dict()) + b"}" + self._suffix
 
 
 def completion_object(
@@ -136,3 +118,37 @@ def completion_object(
         "choices": choices,
         "usage": usage.as_dict(),
     }
+
+
+class CompletionBuilder:
+    """Collects a non-streaming request's choice events into its one response object."""
+
+    def __init__(
+        self, *, chat: bool, completion_id: str, created: int, model: str, choices: int, logprobs: bool
+    ) -> None:
+        self._chat = chat
+        self._head: dict[str, Any] = {"chat": chat, "completion_id": completion_id, "created": created, "model": model}
+        self._texts: list[list[str]] = [[] for _ in range(choices)]
+        self._logprobs: list[list[Any]] | None = [[] for _ in range(choices)] if logprobs else None
+
+    def add(self, events: Sequence[ChoiceEvent]) -> None:
+        texts, logprobs = self._texts, self._logprobs
+        for event in events:
+            texts[event.index].append(event.text)
+            if logprobs is not None and event.logprobs is not None:
+                logprobs[event.index].append(event.logprobs)
+
+    def build(self, finish_reasons: Sequence[str | None], usage: Usage) -> dict[str, Any]:
+        logprobs = None if self._logprobs is None else [self._join_logprobs(parts) for parts in self._logprobs]
+        return completion_object(
+            **self._head,
+            texts=["".join(parts) for parts in self._texts],
+            finish_reasons=finish_reasons,
+            logprobs=logprobs,
+            usage=usage,
+        )
+
+    def _join_logprobs(self, parts: list[Any]) -> Any:
+        if self._chat:
+            return {"content": [item for part in parts for item in part["content"]]}
+        return merge_completion_logprobs(parts)

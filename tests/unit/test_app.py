@@ -259,3 +259,22 @@ async def test_per_model_limits_override_the_global_ones(tmp_path: Path) -> None
             assert second.status_code == 429  # one slot, no queue, for this model only
             assert (await first).status_code == 200
     assert settings.limits_for("other") == (256, 1024, 50)
+
+
+async def test_each_request_is_counted_once_with_how_it_ended(tmp_path: Path) -> None:
+    backend = ScriptedBackend(text_chunks(b"ab", b"cEND", b"more", reason="length"))
+    app = create_app(Settings(model_repository=[make_repo(tmp_path)]), backend=backend)
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+            await client.post("/v1/chat/completions", json=chat(stream=True, stop="END"))
+            await client.post("/v1/chat/completions", json=chat(stop="END"))
+            app.state.service.draining = True
+            refused = await client.post("/v1/chat/completions", json=chat())
+            assert refused.status_code == 503 and refused.json()["error"]["code"] == "shutting_down"
+            metrics = (await client.get("/metrics")).text
+    counted = [line for line in metrics.splitlines() if line.startswith("gateway_requests_total{")]
+    assert sorted(line.rsplit(" ", 1)[1] for line in counted) == ["1.0", "1.0", "1.0"]
+    assert any('status="200",stream="true"' in line for line in counted)
+    assert any('status="200",stream="false"' in line for line in counted)
+    assert any('status="503"' in line for line in counted)
+    assert 'gateway_cancellations_total{reason="stop_string"} 2.0' in metrics

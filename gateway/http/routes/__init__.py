@@ -1,1 +1,15 @@
 """HTTP routes: one module per endpoint group, each handler a few lines."""
+
+from __future__ import annotations
+
+import logging
+
+from pydantic import BaseModel
+
+logger = logging.getLogger(__name__)
+
+
+def log_unknown_fields(body: BaseModel) -> None:
+    """Fields OpenAI (or a newer client) sends that the gateway ignores: visible at debug level."""
+    if body.model_extra and logger.isEnabledFor(logging.DEBUG):
+        logger.debug("ignoring unknown fields: %s", sorted(body.model_extra))

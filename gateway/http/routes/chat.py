@@ -2,23 +2,26 @@
 
 from __future__ import annotations
 
-import logging
-
 from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.http.routes.common import context_of, respond, service_of
+from gateway.http.deps import ComponentsDep, request_context
+from gateway.http.respond import respond
+from gateway.http.routes import log_unknown_fields
 from gateway.openai.schemas import ChatCompletionRequest
+from gateway.plan.prepare import prepare_chat
 
-logger = logging.getLogger(__name__)
 router = APIRouter()
 
 
 @router.post("/v1/chat/completions", response_model=None)
-async def create_chat_completion(body: ChatCompletionRequest, request: Request) -> Response:
-    if body.model_extra and logger.isEnabledFor(logging.DEBUG):
-        logger.debug("ignoring unknown fields: %s", sorted(body.model_extra))
-    service = service_of(request)
-    prepared = await service.prepare_chat(body, context_of(request, service))
-    return await respond(request, service, prepared, body.stream)
+async def create_chat_completion(
+    body: ChatCompletionRequest,
+    request: Request,
+    components: ComponentsDep,
+) -> Response:
+    log_unknown_fields(body)
+    context = request_context(request, components.settings)
+    plan = await prepare_chat(body, context, components.catalog, components.settings)
+    return await respond(request, components.service, plan, components.settings)

@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter
-from starlette.requests import Request
 
+from gateway.config import Settings
 from gateway.errors import ModelNotFoundError
-from gateway.http.routes.common import JSONBytesResponse, service_of
-from gateway.models.catalog import ServedModel
+from gateway.http.deps import CatalogDep, SettingsDep
+from gateway.http.responses import JSONBytesResponse
+from gateway.models.catalog import ModelCatalog, ServedModel
 from gateway.models.resolve import list_model_ids
 
 router = APIRouter()
@@ -27,20 +28,19 @@ def _model_object(model_id: str, base: ServedModel, adapter: str | None) -> dict
     }
 
 
-async def _objects(request: Request) -> list[dict[str, Any]]:
-    service = service_of(request)
-    models = await service.catalog.models()
-    return [_model_object(*entry) for entry in list_model_ids(models, service.settings.lora_separator)]
+async def _objects(catalog: ModelCatalog, settings: Settings) -> list[dict[str, Any]]:
+    models = await catalog.models()
+    return [_model_object(*entry) for entry in list_model_ids(models, settings.lora_separator)]
 
 
 @router.get("/v1/models")
-async def list_models(request: Request) -> JSONBytesResponse:
-    return JSONBytesResponse({"object": "list", "data": await _objects(request)})
+async def list_models(catalog: CatalogDep, settings: SettingsDep) -> JSONBytesResponse:
+    return JSONBytesResponse({"object": "list", "data": await _objects(catalog, settings)})
 
 
 @router.get("/v1/models/{model_id:path}")
-async def retrieve_model(model_id: str, request: Request) -> JSONBytesResponse:
-    for item in await _objects(request):
+async def retrieve_model(model_id: str, catalog: CatalogDep, settings: SettingsDep) -> JSONBytesResponse:
+    for item in await _objects(catalog, settings):
         if item["id"] == model_id:
             return JSONBytesResponse(item)
     raise ModelNotFoundError(f"The model '{model_id}' does not exist.", param="model")

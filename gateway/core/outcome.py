@@ -1,0 +1,105 @@
+"""Request bookkeeping: one ``RequestOutcome`` per request, finished exactly once.
+
+A request can end in many places (a 429 in the queue, the client leaving while queued, an error
+before or after the first token, a stop string, the deadline, the shutdown drain, a normal end),
+and each must be counted once, with the right status and cancel reason, in the metrics and the
+JSON request line. So every exit path calls ``succeed`` or ``fail`` on the same object; only the
+first call counts. Per backend batch only ``responded`` runs (timestamps, the inter-token gap).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from prometheus_client import Histogram
+
+from gateway.core.assemble import Usage
+from gateway.errors import BackendTimeoutError, GatewayError, ShuttingDownError
+from gateway.logs import log_request
+from gateway.metrics import Metrics, RequestRecord
+from gateway.plan.prepare import GenerationPlan
+
+CLIENT_GONE: tuple[type[BaseException], ...] = (asyncio.CancelledError, GeneratorExit)
+"""How a client's disconnect reaches the core: the request's task is cancelled (a non-streaming
+request, or a stream awaiting Triton), or the stream's generation is closed (``aclose``) while it
+waits for the edge to write."""
+
+
+class RequestOutcome:
+    """Status, cancel reason, error type, usage and timings of one request."""
+
+    __slots__ = ("record", "finished", "backend_started", "_metrics", "_gap", "_gaps", "_log")
+
+    def __init__(self, plan: GenerationPlan, metrics: Metrics, *, log: bool) -> None:
+        self.record = RequestRecord(
+            request_id=plan.request_id,
+            endpoint=plan.endpoint,
+            model=plan.model,
+            adapter=plan.adapter,
+            stream=plan.stream,
+        )
+        self.finished = False
+        self.backend_started = False
+        """Set once the backend was asked to generate: a shutdown then cancels real work."""
+        self._metrics = metrics
+        self._gap: Histogram | None = None
+        self._gaps = plan.stream
+        """Inter-token gaps are what a stream's client sees; a non-streaming client sees none."""
+        self._log = log
+
+    def responded(self) -> None:
+        """A batch of backend responses arrived: the first token's time, then each gap (streams)."""
+        now = time.perf_counter()
+        record = self.record
+        last = record.last_token
+        if last is None:
+            record.first_token = now
+        elif self._gaps:
+            gap = self._gap
+            if gap is None:
+                gap = self._gap = self._metrics.inter_token_latency.labels(record.model)
+            gap.observe(now - last)
+        record.last_token = now
+
+    def succeed(self, usage: Usage, *, stopped_early: bool) -> None:
+        """A 200. ``stopped_early``: the gateway ended the backend's work (every choice hit a stop
+        string) before the backend's final response."""
+        self._finish(200, "stop_string" if stopped_early else None, None, usage)
+
+    def abandon(self, usage: Usage | None = None) -> None:
+        """The client left (nginx's 499) before the request was done."""
+        self._finish(499, "client_disconnect", None, usage)
+
+    def fail(self, exc: BaseException, usage: Usage | None = None) -> None:
+        """The request ended with ``exc``: the client left, a ``GatewayError``, or a bug (500)."""
+        if isinstance(exc, CLIENT_GONE):
+            self.abandon(usage)
+        elif isinstance(exc, GatewayError):
+            # Before the backend was asked (errors in the queue) nothing in Triton failed: a status,
+            # but no error type for ``gateway_backend_errors``.
+            error_type = exc.error_type if self.backend_started else None
+            self._finish(exc.status_code, self._reason(exc), error_type, usage)
+        else:
+            self._finish(500, None, None, usage)
+
+    def _reason(self, exc: GatewayError) -> str | None:
+        if isinstance(exc, BackendTimeoutError):
+            return "deadline"
+        if isinstance(exc, ShuttingDownError) and self.backend_started:
+            return "shutdown"
+        return None
+
+    def _finish(self, status: int, cancel_reason: str | None, error_type: str | None, usage: Usage | None) -> None:
+        if self.finished:
+            return
+        self.finished = True
+        record = self.record
+        record.status = status
+        record.cancel_reason = cancel_reason
+        record.error_type = error_type
+        if usage is not None:
+            record.prompt_tokens, record.completion_tokens = usage.prompt_tokens, usage.completion_tokens
+        self._metrics.finish(record)
+        if self._log:
+            log_request(record, time.perf_counter())

@@ -1,0 +1,91 @@
+"""FastAPI dependencies: what a route handler may ask for, read from ``app.state.components``
+(set by ``create_app``), and the request's context (its id and deadline) for planning.
+
+They are ``async def`` although none awaits: FastAPI runs a plain ``def`` dependency in its
+thread pool, a thread hop per dependency per request. Each dependency also costs FastAPI's
+solving (~10-15 µs a request), so the completion routes take the ``Components`` whole, their one
+dependency, rather than one per part.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends
+from starlette.requests import Request
+
+from gateway.backend.types import Backend
+from gateway.config import Settings
+from gateway.core.service import CompletionService
+from gateway.errors import InvalidRequestError
+from gateway.http.request_id import request_id_of
+from gateway.metrics import Metrics
+from gateway.models.catalog import ModelCatalog
+from gateway.plan.prepare import RequestContext
+
+TIMEOUT_HEADER = "x-request-timeout"
+
+
+@dataclass(frozen=True, slots=True)
+class Components:
+    """The app's long-lived parts, built once by ``create_app``."""
+
+    settings: Settings
+    backend: Backend
+    catalog: ModelCatalog
+    metrics: Metrics
+    service: CompletionService
+
+
+async def get_components(request: Request) -> Components:
+    return request.app.state.components  # type: ignore[no-any-return]
+
+
+ComponentsDep = Annotated[Components, Depends(get_components)]
+
+
+async def get_settings(components: ComponentsDep) -> Settings:
+    return components.settings
+
+
+async def get_catalog(components: ComponentsDep) -> ModelCatalog:
+    return components.catalog
+
+
+async def get_service(components: ComponentsDep) -> CompletionService:
+    return components.service
+
+
+async def get_backend(components: ComponentsDep) -> Backend:
+    return components.backend
+
+
+async def get_metrics(components: ComponentsDep) -> Metrics:
+    return components.metrics
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+CatalogDep = Annotated[ModelCatalog, Depends(get_catalog)]
+ServiceDep = Annotated[CompletionService, Depends(get_service)]
+BackendDep = Annotated[Backend, Depends(get_backend)]
+MetricsDep = Annotated[Metrics, Depends(get_metrics)]
+
+
+def request_context(request: Request, settings: Settings) -> RequestContext:
+    """The request id and the deadline: the configured ``request_timeout``, lowered (never
+    raised) by an ``X-Request-Timeout: <seconds>`` header. A plain call rather than a dependency,
+    to keep the completion routes at one dependency."""
+    timeout = settings.request_timeout
+    header = request.headers.get(TIMEOUT_HEADER)
+    if header is not None:
+        try:
+            asked = float(header)
+        except ValueError:
+            asked = -1.0
+        if not asked > 0:
+            raise InvalidRequestError(f"{TIMEOUT_HEADER} must be a positive number of seconds, got {header!r}")
+        timeout = asked if timeout is None else min(timeout, asked)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    return RequestContext(request_id_of(request.scope), deadline)

@@ -1,0 +1,99 @@
+"""Errors → HTTP, in one place: the JSON error response and the SSE error event.
+
+Both carry ``errors.error_body`` (OpenAI's ``{"error": {...}}``), so a client sees the same shape
+whether a request failed before its stream started or in the middle of it. The handlers installed
+by ``install_error_handlers`` make sure no error leaves in FastAPI's ``{"detail": ...}`` shape.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import Request
+
+from gateway.errors import GatewayError, InvalidRequestError, error_body
+from gateway.http.responses import JSONBytesResponse
+from gateway.http.sse import data_frame
+
+logger = logging.getLogger(__name__)
+
+
+class ClientDisconnected(Exception):
+    """The HTTP client went away before a non-streaming answer was ready."""
+
+
+def error_response(error: GatewayError) -> JSONBytesResponse:
+    """The JSON answer to a request that failed before any of its body was sent."""
+    return JSONBytesResponse(error_body(error), status_code=error.status_code, headers=error.headers)
+
+
+def error_event(error: GatewayError) -> bytes:
+    """The SSE event that ends a stream which failed after its headers were sent (no ``[DONE]``
+    follows: the openai SDK raises ``APIError`` on it)."""
+    return data_frame(orjson.dumps(error_body(error)))
+
+
+def describe_validation(errors: list[dict[str, Any]]) -> InvalidRequestError:
+    """FastAPI's validation errors → one 400 naming the first bad param, as OpenAI words it."""
+    first = errors[0] if errors else {}
+    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    if first.get("type") == "json_invalid":
+        return InvalidRequestError("We could not parse the JSON body of your request.", code="invalid_json")
+    param = ".".join(loc) or None
+    message = str(first.get("msg", "invalid request"))
+    if first.get("type") == "missing":
+        message = f"'{param}' is a required property"
+    elif param:
+        message = f"Invalid value for '{param}': {message}"
+    more = len(errors) - 1
+    if more > 0:
+        message += f" (and {more} more error{'s' if more > 1 else ''})"
+    return InvalidRequestError(message, param=param, code="invalid_value" if first.get("type") != "missing" else None)
+
+
+async def _gateway_error(request: Request, exc: Exception) -> JSONBytesResponse:
+    assert isinstance(exc, GatewayError)
+    if exc.status_code >= 500:
+        logger.warning("%s %s -> %d: %s", request.method, request.url.path, exc.status_code, exc.message)
+    return error_response(exc)
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONBytesResponse:
+    assert isinstance(exc, RequestValidationError)
+    return error_response(describe_validation(list(exc.errors())))
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONBytesResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    error = GatewayError(str(exc.detail), code=None)
+    error.status_code = exc.status_code  # type: ignore[misc]
+    error.error_type = "invalid_request_error" if exc.status_code < 500 else "server_error"  # type: ignore[misc]
+    if exc.status_code == 404:
+        error.message = f"Unknown request URL: {request.method} {request.url.path}."
+    return JSONBytesResponse(error_body(error), status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
+
+async def _client_disconnected(request: Request, exc: Exception) -> JSONBytesResponse:
+    # Nobody reads this; the status is for access logs (nginx's 499 convention).
+    return JSONBytesResponse(
+        {"error": {"message": "client disconnected", "type": "client_closed_request", "param": None, "code": None}},
+        status_code=499,
+    )
+
+
+async def _unexpected_error(request: Request, exc: Exception) -> JSONBytesResponse:
+    logger.exception("unhandled error on %s %s", request.method, request.url.path)
+    return error_response(GatewayError("The server had an error while processing your request."))
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(GatewayError, _gateway_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(ClientDisconnected, _client_disconnected)
+    app.add_exception_handler(Exception, _unexpected_error)

@@ -1,0 +1,101 @@
+"""Answering a planned request: admit, generate, then SSE frames or one JSON object.
+
+The client leaving cancels every phase (the queue, the wait for the first response, a
+non-streaming generation), and the request's outcome is finished whatever happens: by the
+generation itself in the usual cases, and here for anything that ends the request before or
+around it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway.config import Settings
+from gateway.core.admission import Ticket
+from gateway.core.generate import Generation
+from gateway.core.service import CompletionService
+from gateway.http.errors import ClientDisconnected
+from gateway.http.responses import JSONBytesResponse
+from gateway.http.sse import sse_response
+from gateway.http.streaming import StreamFrames, prime
+from gateway.openai.encode import CompletionBuilder
+from gateway.plan.prepare import GenerationPlan
+
+T = TypeVar("T")
+
+
+async def respond(request: Request, service: CompletionService, plan: GenerationPlan, settings: Settings) -> Response:
+    """Admit → stream (SSE) or complete (JSON)."""
+    outcome = service.outcome(plan)
+    ticket: Ticket | None = None
+    generation: Generation | None = None
+    try:
+        ticket = service.try_admit(plan, outcome)
+        if ticket is None:
+            ticket = await until_disconnect(request, service.admit(plan, outcome))
+        generation = service.generate(plan, ticket, outcome)
+        if plan.stream:
+            first = await until_disconnect(request, prime(generation, settings.first_response_wait))
+            return sse_response(StreamFrames(plan, generation, first), ping_interval=settings.sse_ping_interval)
+        return JSONBytesResponse(await until_disconnect(request, complete(plan, generation)))
+    except BaseException as exc:
+        # No-ops when the generation already ended the request (its usual way to end).
+        if isinstance(exc, ClientDisconnected):
+            outcome.abandon()
+        else:
+            outcome.fail(exc)
+        if generation is not None:
+            await generation.aclose()
+        elif ticket is not None:
+            ticket.release()
+        raise
+
+
+async def complete(plan: GenerationPlan, generation: Generation) -> dict[str, Any]:
+    """Every step of the generation collected into one response object."""
+    builder = CompletionBuilder(
+        chat=plan.chat,
+        completion_id=plan.completion_id,
+        created=plan.created,
+        model=plan.model_id,
+        choices=plan.choices,
+        logprobs=plan.logprobs is not None,
+    )
+    try:
+        async for events in generation:
+            builder.add(events)
+    finally:
+        await generation.aclose()
+    return builder.build(generation.finish_reasons, generation.usage)
+
+
+async def until_disconnect(request: Request, work: Awaitable[T]) -> T:
+    """Run ``work`` but cancel it as soon as the client disconnects (then ``ClientDisconnected``).
+
+    A request that has not started its response otherwise keeps Triton busy for a client that is
+    gone: nothing is written to the socket until then, so nobody would notice.
+    """
+    task = asyncio.ensure_future(work)
+
+    async def watch() -> None:
+        while True:
+            message = await request.receive()
+            if message["type"] == "http.disconnect":
+                return
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=5.0)  # let the backend call's cancel run now
+    if task.cancelled():
+        raise ClientDisconnected()
+    return task.result()

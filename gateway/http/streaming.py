@@ -1,0 +1,113 @@
+"""A streaming request's SSE frames: priming for early errors, then one frame batch per step.
+
+``prime`` waits up to ``first_response_wait`` for the generation's first step before any header is
+sent: an error that early (Triton down, a model refusing the request) then raises and gets a real
+status code instead of a 200 stream with an error event, while a slow first token (a long prefill)
+does not hold the headers back longer than that, so pings start flowing. ``StreamFrames`` then
+turns each step of the generation into SSE bytes: the chat role chunks, the content chunks, the
+``include_usage`` chunk and ``[DONE]``, or, after an error, one error event and nothing more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from gateway.core.assemble import ChoiceEvent
+from gateway.core.generate import Generation
+from gateway.errors import GatewayError
+from gateway.http.errors import error_event
+from gateway.http.sse import DATA_FRAMING, DONE_FRAME
+from gateway.openai.encode import ChunkEncoder
+from gateway.plan.prepare import GenerationPlan
+
+logger = logging.getLogger(__name__)
+
+First = list[ChoiceEvent] | asyncio.Task[list[ChoiceEvent]]
+"""The first step, or the task still waiting for it when priming timed out."""
+
+
+async def _first_step(generation: Generation) -> list[ChoiceEvent]:
+    try:
+        return await generation.__anext__()
+    except StopAsyncIteration:
+        return []
+
+
+async def prime(generation: Generation, wait: float) -> First:
+    """The generation's first step, or (after ``wait`` seconds) the task that will have it.
+    Raises the generation's error when it fails within the wait."""
+    task = asyncio.ensure_future(_first_step(generation))
+    try:
+        done, _ = await asyncio.wait({task}, timeout=wait)
+    except asyncio.CancelledError:  # the client left while we waited: stop the generation now
+        task.cancel()
+        await asyncio.wait({task}, timeout=1.0)
+        raise
+    return task.result() if done else task
+
+
+class StreamFrames:
+    """The SSE bytes of one stream, one ``__anext__`` per generation step.
+
+    A plain iterator object rather than another async generator layer, since every step of the
+    stream passes through it; ``aclose`` closes the generation (cancelling Triton's work if it is
+    still going)."""
+
+    __slots__ = ("_generation", "_first", "_encoder", "_choices", "_continuous", "_include_usage", "_ended")
+
+    def __init__(self, plan: GenerationPlan, generation: Generation, first: First) -> None:
+        self._generation = generation
+        self._first: First | None = first
+        self._encoder = ChunkEncoder(
+            chat=plan.chat,
+            completion_id=plan.completion_id,
+            created=plan.created,
+            model=plan.model_id,
+            framing=DATA_FRAMING,
+            include_usage=plan.include_usage,
+            continuous_usage=plan.continuous_usage,
+        )
+        self._choices = plan.choices
+        self._continuous = plan.continuous_usage
+        self._include_usage = plan.include_usage
+        self._ended = False
+
+    def __aiter__(self) -> StreamFrames:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if self._ended:
+            raise StopAsyncIteration
+        generation = self._generation
+        try:
+            first = self._first
+            if first is None:
+                events = await generation.__anext__()
+            else:
+                self._first = None
+                if not isinstance(first, list):
+                    first = await first
+                usage = generation.usage if self._continuous else None
+                return self._encoder.role_chunks(self._choices, usage) + self._encoder.events(first, usage)
+        except StopAsyncIteration:
+            self._ended = True
+            closing = DONE_FRAME
+            if self._include_usage:
+                closing = self._encoder.usage_chunk(generation.usage) + closing
+            return closing
+        except GatewayError as exc:
+            self._ended = True
+            logger.warning("request failed mid-stream: %s", exc.message)
+            return error_event(exc)
+        return self._encoder.events(events, generation.usage if self._continuous else None)
+
+    async def aclose(self) -> None:
+        first = self._first
+        self._first = None
+        if isinstance(first, asyncio.Task):
+            # The task is inside the generation's step: let its cancellation unwind there first
+            # (closing a generation mid-step would close the backend's iterator while it runs).
+            first.cancel()
+            await asyncio.wait({first})
+        await self._generation.aclose()

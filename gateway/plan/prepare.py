@@ -1,0 +1,165 @@
+"""Planning: a validated OpenAI request → a ``GenerationPlan``, every decision made before Triton.
+
+Pure apart from reading the catalog's snapshot of served models: the 4xx checks, the model and
+adapter, the prompt(s), each prompt's token budget and backend request, and what the response
+must look like (ids, usage options, echo). The core runs a plan; the HTTP edge encodes its result.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+
+from gateway.backend.types import GenerationRequest
+from gateway.config import Settings
+from gateway.models.catalog import ModelCatalog
+from gateway.models.resolve import ResolvedModel, resolve_model
+from gateway.openai.schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
+from gateway.plan.budget import token_budget
+from gateway.plan.chat import chat_max_tokens, render_chat_prompt
+from gateway.plan.completions import check_completion_options, completion_prompts
+from gateway.plan.limits import check_chat_limits, check_sampling_limits
+from gateway.plan.sampling import stop_list, to_generation_request
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """What the HTTP edge knows about a request that planning needs."""
+
+    request_id: str
+    deadline: float | None = None
+    """``time.monotonic()`` by which the whole request must be done; None for no deadline."""
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationPlan:
+    """One request, decided: a backend request per prompt, and how to assemble and answer."""
+
+    requests: tuple[GenerationRequest, ...]
+    request_id: str
+    chat: bool
+    stream: bool
+    model_id: str
+    """The id the client asked for (a base model or ``<base><sep><adapter>``), echoed back."""
+    adapter: str | None
+    completion_id: str
+    created: int
+    n: int
+    stops: tuple[str, ...]
+    include_stop: bool
+    max_tokens: tuple[int, ...]
+    include_usage: bool
+    continuous_usage: bool
+    logprobs: int | None = None
+    """Top-k alternatives asked for (0: only the sampled token); None: no logprobs."""
+    echo: tuple[str, ...] | None = None
+    """Legacy completions with ``echo``: each prompt's text, shown before its completion."""
+    prompt_tokens: tuple[int | None, ...] = ()
+    """The gateway's own count per prompt: usage when the backend reports none (TensorRT-LLM)."""
+    deadline: float | None = None
+
+    @property
+    def model(self) -> str:
+        """The base model's name: admission's gate and the metrics' label."""
+        return self.requests[0].model
+
+    @property
+    def endpoint(self) -> str:
+        return "chat" if self.chat else "completions"
+
+    @property
+    def choices(self) -> int:
+        """Choices in the response: ``n`` per prompt."""
+        return self.n * len(self.requests)
+
+
+def _plan(
+    body: SamplingFields,
+    context: RequestContext,
+    resolved: ResolvedModel,
+    requests: list[GenerationRequest],
+    max_tokens: list[int],
+    *,
+    logprobs: int | None,
+    prompt_tokens: tuple[int | None, ...],
+    echo: tuple[str, ...] | None = None,
+) -> GenerationPlan:
+    options = body.stream_options
+    chat = isinstance(body, ChatCompletionRequest)
+    return GenerationPlan(
+        requests=tuple(requests),
+        request_id=context.request_id,
+        chat=chat,
+        stream=body.stream,
+        model_id=body.model,
+        adapter=resolved.adapter,
+        completion_id=f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}",
+        created=int(time.time()),
+        n=body.n,
+        stops=tuple(stop_list(body.stop)),
+        include_stop=body.include_stop_str_in_output,
+        max_tokens=tuple(max_tokens),
+        include_usage=bool(options and options.include_usage),
+        continuous_usage=bool(options and options.continuous_usage_stats),
+        logprobs=logprobs,
+        echo=echo,
+        prompt_tokens=prompt_tokens,
+        deadline=context.deadline,
+    )
+
+
+async def prepare_chat(
+    body: ChatCompletionRequest, context: RequestContext, catalog: ModelCatalog, settings: Settings
+) -> GenerationPlan:
+    check_chat_limits(body, max_n=settings.max_n, max_messages=settings.max_messages)
+    resolved = resolve_model(body.model, await catalog.models(), settings.lora_separator)
+    prompt = render_chat_prompt(body, resolved)
+    max_tokens, prompt_tokens = token_budget(chat_max_tokens(body), resolved.model, prompt, settings)
+    logprobs = (body.top_logprobs or 0) if body.logprobs else None
+    generation = to_generation_request(
+        body,
+        resolved,
+        request_id=context.request_id,
+        prompt=prompt,
+        max_tokens=max_tokens,
+        logprobs=logprobs,
+        deadline=context.deadline,
+    )
+    return _plan(body, context, resolved, [generation], [max_tokens], logprobs=logprobs, prompt_tokens=(prompt_tokens,))
+
+
+async def prepare_completion(
+    body: CompletionRequest, context: RequestContext, catalog: ModelCatalog, settings: Settings
+) -> GenerationPlan:
+    check_sampling_limits(body, max_n=settings.max_n)
+    check_completion_options(body)
+    prompts = completion_prompts(body)
+    resolved = resolve_model(body.model, await catalog.models(), settings.lora_separator)
+    requests, budgets, counts = [], [], []
+    for position, prompt in enumerate(prompts):
+        max_tokens, prompt_tokens = token_budget(body.max_tokens, resolved.model, prompt, settings)
+        budgets.append(max_tokens)
+        counts.append(prompt_tokens)
+        request_id = context.request_id if len(prompts) == 1 else f"{context.request_id}-{position}"
+        requests.append(
+            to_generation_request(
+                body,
+                resolved,
+                prompt=prompt,
+                max_tokens=max_tokens,
+                logprobs=body.logprobs,
+                deadline=context.deadline,
+                request_id=request_id,
+            )
+        )
+    return _plan(
+        body,
+        context,
+        resolved,
+        requests,
+        budgets,
+        logprobs=body.logprobs,
+        prompt_tokens=tuple(counts),
+        echo=tuple(prompts) if body.echo else None,
+    )

@@ -1,0 +1,113 @@
+"""SSE on the wire: frames byte for byte, one send per frame, bare-comment pings, disconnects."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from gateway.http.sse import BODY_SEND, DATA_FRAMING, DONE_FRAME, PING_FRAME, data_frame, sse_response
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def test_frames_byte_exact() -> None:
+    assert data_frame(b'{"a":1}') == b'data: {"a":1}\n\n'
+    assert DATA_FRAMING == (b"data: ", b"\n\n")
+    assert DONE_FRAME == b"data: [DONE]\n\n"
+    assert PING_FRAME == b": ping\n\n"  # a bare comment: no id:, no retry:, no event name
+
+
+class Frames:
+    """Scripted frames, with an optional pause before each; records ``aclose``."""
+
+    def __init__(self, frames: list[bytes], pause: float = 0.0) -> None:
+        self.frames = list(frames)
+        self.pause = pause
+        self.closed = False
+
+    def __aiter__(self) -> Frames:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if not self.frames:
+            raise StopAsyncIteration
+        await asyncio.sleep(self.pause)
+        return self.frames.pop(0)
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+async def serve(
+    frames: Frames, *, ping_interval: float = 10.0, disconnect_after: float | None = None, body_send: bool = False
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Run the response; returns the messages sent through ``send`` and through ``body_send``."""
+    sent: list[dict[str, Any]] = []
+    body: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        if disconnect_after is None:
+            await asyncio.Event().wait()
+        await asyncio.sleep(disconnect_after or 0)
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async def outer_send(message: dict[str, Any]) -> None:
+        body.append(message)
+
+    scope: dict[str, Any] = {"type": "http", "state": {BODY_SEND: outer_send} if body_send else {}}
+    response = sse_response(frames, ping_interval=ping_interval, headers={"X-Extra": "1"})  # type: ignore[arg-type]
+    await response(scope, receive, send)  # type: ignore[arg-type]
+    return sent, body
+
+
+async def test_each_frame_is_one_send_then_an_empty_last_body() -> None:
+    frames = Frames([b"data: a\n\n", b"data: b\n\n"])
+    sent, _ = await serve(frames)
+    start, *bodies = sent
+    assert start["type"] == "http.response.start" and start["status"] == 200
+    headers = dict(start["headers"])
+    assert headers[b"content-type"] == b"text/event-stream; charset=utf-8"
+    assert headers[b"cache-control"] == b"no-cache" and headers[b"x-accel-buffering"] == b"no"
+    assert headers[b"x-extra"] == b"1"
+    assert [(m["body"], m["more_body"]) for m in bodies] == [
+        (b"data: a\n\n", True),
+        (b"data: b\n\n", True),
+        (b"", False),
+    ]
+    assert frames.closed
+
+
+async def test_body_frames_go_to_the_outer_send_when_the_middleware_left_it() -> None:
+    sent, body = await serve(Frames([b"data: a\n\n"]), body_send=True)
+    assert [m["type"] for m in sent] == ["http.response.start"]
+    assert [m["body"] for m in body] == [b"data: a\n\n", b""]
+
+
+async def test_an_idle_stream_gets_bare_comment_pings() -> None:
+    sent, _ = await serve(Frames([b"data: late\n\n"], pause=0.35), ping_interval=0.1)
+    bodies = [m["body"] for m in sent[1:]]
+    assert bodies[-2:] == [b"data: late\n\n", b""]
+    pings = bodies[:-2]
+    assert len(pings) >= 2 and set(pings) == {PING_FRAME}
+
+
+async def test_a_busy_stream_sends_no_pings() -> None:
+    sent, _ = await serve(Frames([b"data: x\n\n"] * 6, pause=0.03), ping_interval=0.1)
+    assert PING_FRAME not in [m["body"] for m in sent[1:]]
+
+
+async def test_client_disconnect_ends_the_stream_quietly_and_closes_the_frames() -> None:
+    frames = Frames([b"data: a\n\n", b"data: never\n\n"], pause=0.2)
+    sent, _ = await asyncio.wait_for(serve(frames, disconnect_after=0.3), 2.0)
+    assert frames.closed
+    assert b"data: never\n\n" not in [m.get("body") for m in sent]

@@ -1,0 +1,117 @@
+"""A stream's SSE bytes from a real generation: the whole stream byte for byte, the error event,
+priming (early errors raise, a slow first step does not hold the headers), closing."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from gateway.core.admission import Admission
+from gateway.core.generate import Generation
+from gateway.core.outcome import RequestOutcome
+from gateway.errors import BackendError, BackendUnavailableError
+from gateway.http.streaming import StreamFrames, prime
+from gateway.metrics import Metrics
+from gateway.plan.prepare import GenerationPlan
+from tests.fakes import ScriptedBackend, text_chunks
+from tests.plans import make_plan
+
+pytestmark = pytest.mark.anyio
+
+HEAD = b'data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1700000000,"model":"m","system_fingerprint":null,"choices":['
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def start(backend: ScriptedBackend, plan: GenerationPlan) -> tuple[Generation, RequestOutcome]:
+    admission = Admission(lambda model: (0, 0), 1.0)
+    ticket = admission.try_acquire("m", None)
+    assert ticket is not None
+    outcome = RequestOutcome(plan, Metrics(admission), log=False)
+    return Generation(plan, backend, ticket, outcome), outcome  # type: ignore[arg-type]
+
+
+async def stream_bytes(
+    backend: ScriptedBackend, plan: GenerationPlan, wait: float = 1.0
+) -> tuple[bytes, RequestOutcome]:
+    generation, outcome = start(backend, plan)
+    frames = StreamFrames(plan, generation, await prime(generation, wait))
+    try:
+        body = b"".join([frame async for frame in frames])
+    finally:
+        await frames.aclose()
+    return body, outcome
+
+
+async def test_whole_chat_stream_byte_exact_with_usage_and_done() -> None:
+    plan = make_plan(include_usage=True)
+    body, outcome = await stream_bytes(
+        ScriptedBackend(text_chunks(b"he", b"llo", reason="length", prompt_tokens=3)), plan
+    )
+    assert body == (
+        HEAD
+        + b'{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}],"usage":null}\n\n'
+        + HEAD
+        + b'{"index":0,"delta":{"content":"he"},"logprobs":null,"finish_reason":null}],"usage":null}\n\n'
+        + HEAD
+        + b'{"index":0,"delta":{"content":"llo"},"logprobs":null,"finish_reason":null}],"usage":null}\n\n'
+        + HEAD
+        + b'{"index":0,"delta":{},"logprobs":null,"finish_reason":"length"}],"usage":null}\n\n'
+        + HEAD
+        + b'],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}\n\n'
+        + b"data: [DONE]\n\n"
+    )
+    assert outcome.record.status == 200
+
+
+async def test_legacy_stream_has_no_role_chunk_and_echo_comes_first() -> None:
+    plan = make_plan(chat=False, completion_id="cmpl-1", echo=("Q:",))
+    body, _ = await stream_bytes(ScriptedBackend(text_chunks(b" A")), plan)
+    events = body.split(b"\n\n")
+    assert b'"text":"Q:"' in events[0] and b'"text":" A"' in events[1]
+    assert body.endswith(b'"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n')
+    assert b"role" not in body
+
+
+async def test_error_mid_stream_is_one_error_event_and_nothing_after() -> None:
+    backend = ScriptedBackend([text_chunks(b"a", b"b")[0], BackendError("the model failed")])
+    body, outcome = await stream_bytes(backend, make_plan())
+    last = body.split(b"\n\n")[-2] + b"\n\n"
+    assert last == (
+        b'data: {"error":{"message":"the model failed","type":"server_error","param":null,"code":"backend_error"}}\n\n'
+    )
+    assert b"[DONE]" not in body
+    assert outcome.record.status == 500 and backend.closed_early == 1
+
+
+async def test_an_error_before_the_first_step_raises_from_prime() -> None:
+    backend = ScriptedBackend([BackendUnavailableError("Triton is down")])
+    generation, outcome = start(backend, make_plan())
+    with pytest.raises(BackendUnavailableError):
+        await prime(generation, 1.0)
+    assert outcome.finished and outcome.record.status == 503
+
+
+async def test_a_slow_first_step_does_not_hold_prime_back() -> None:
+    backend = ScriptedBackend(text_chunks(b"late"), delay=0.3)
+    generation, outcome = start(backend, make_plan())
+    first = await asyncio.wait_for(prime(generation, 0.05), 0.2)
+    assert isinstance(first, asyncio.Task)
+    frames = StreamFrames(make_plan(), generation, first)
+    body = b"".join([frame async for frame in frames])
+    assert b'"content":"late"' in body and body.endswith(b"data: [DONE]\n\n")
+    assert outcome.record.status == 200
+
+
+async def test_closing_while_the_first_step_is_pending_cancels_it_and_the_backend() -> None:
+    backend = ScriptedBackend(text_chunks(b"late"), delay=5.0)
+    generation, outcome = start(backend, make_plan())
+    first = await prime(generation, 0.05)
+    assert isinstance(first, asyncio.Task)
+    await asyncio.wait_for(StreamFrames(make_plan(), generation, first).aclose(), 1.0)
+    assert first.cancelled() and backend.closed_early == 1
+    assert outcome.record.status == 499 and outcome.record.cancel_reason == "client_disconnect"
