@@ -68,7 +68,6 @@ def create_app(settings: Settings, backend: Backend | None = None) -> FastAPI:
 
     app = FastAPI(title="triton-openai-gateway", version="0.1.0", lifespan=lifespan)
     app.state.components = Components(settings, the_backend, catalog, the_metrics, service)
-    app.state.service = service  # the CLI hands it to the server's drain
     install_error_handlers(app)
     app.include_router(health.router)
     app.include_router(models.router)

@@ -158,7 +158,7 @@ def _run(settings: Settings) -> int:
             log_config=None,
             timeout_graceful_shutdown=5,
         )
-        DrainingServer(config, app.state.service, settings.shutdown_grace_period).run()
+        DrainingServer(config, app.state.components, settings.shutdown_grace_period).run()
     finally:
         if triton is not None:
             try:

@@ -19,17 +19,18 @@ from types import FrameType
 import uvicorn
 
 from gateway.backend.contracts.vllm import TEXT_INPUT
-from gateway.core.service import CompletionService
 from gateway.errors import GatewayError, ShuttingDownError
+from gateway.http.deps import Components
 from gateway.models.catalog import ServedModel
 
 logger = logging.getLogger(__name__)
 
 
 class DrainingServer(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, service: CompletionService, grace: float) -> None:
+    def __init__(self, config: uvicorn.Config, components: Components, grace: float) -> None:
         super().__init__(config)
-        self._service = service
+        self._service = components.service
+        self._catalog = components.catalog
         self._grace = grace
         self._drain_task: asyncio.Task[None] | None = None
 
@@ -43,7 +44,7 @@ class DrainingServer(uvicorn.Server):
         """Tell the user how to call what Triton actually serves (``try_hint``), not a fixed name."""
         base = f"http://{client_host(self.config.host)}:{self.config.port}"
         try:
-            models = await self._service.catalog.models()
+            models = await self._catalog.models()
         except GatewayError as exc:
             logger.warning("serving on %s, but Triton is not reachable yet: %s", base, exc.message)
             return

@@ -268,7 +268,7 @@ async def test_each_request_is_counted_once_with_how_it_ended(tmp_path: Path) ->
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
             await client.post("/v1/chat/completions", json=chat(stream=True, stop="END"))
             await client.post("/v1/chat/completions", json=chat(stop="END"))
-            app.state.service.draining = True
+            app.state.components.service.draining = True
             refused = await client.post("/v1/chat/completions", json=chat())
             assert refused.status_code == 503 and refused.json()["error"]["code"] == "shutting_down"
             metrics = (await client.get("/metrics")).text

@@ -60,7 +60,7 @@ def _numbers(raw: bytes, datatype: str) -> tuple[int, ...] | tuple[float, ...]:
     except KeyError:
         raise BackendError(f"unexpected datatype {datatype} from backend") from None
     if len(raw) == size:
-        return unpack(raw)  # type: ignore[no-any-return]
+        return unpack(raw)
     return struct.unpack(f"<{len(raw) // size}{_NUMBER_FORMATS[datatype][0]}", raw)
 
 
