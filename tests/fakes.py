@@ -8,12 +8,11 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 from gateway.backend.types import BackendModel, GenerationChunk, GenerationRequest
-from gateway.errors import GatewayError
 
 
 @dataclass
 class ScriptedBackend:
-    chunks: Sequence[GenerationChunk | GatewayError] = ()
+    chunks: Sequence[GenerationChunk | Exception] = ()
     delay: float = 0.0
     models: tuple[str, ...] = ("m",)
     ready: bool = True
@@ -43,7 +42,7 @@ class ScriptedBackend:
             for item in self.chunks:
                 if self.delay:
                     await asyncio.sleep(self.delay)
-                if isinstance(item, GatewayError):
+                if isinstance(item, Exception):
                     raise item
                 yield [item]
             completed = True

@@ -100,6 +100,10 @@ class StreamFrames:
             self._ended = True
             logger.warning("request failed mid-stream: %s", exc.message)
             return error_event(exc)
+        except Exception:  # a bug below must still end the body with an event, never cut it off
+            self._ended = True
+            logger.exception("request failed mid-stream with an unexpected error")
+            return error_event(GatewayError("The server had an error while processing your request."))
         return self._encoder.events(events, generation.usage if self._continuous else None)
 
     async def aclose(self) -> None:

@@ -115,3 +115,14 @@ async def test_closing_while_the_first_step_is_pending_cancels_it_and_the_backen
     await asyncio.wait_for(StreamFrames(make_plan(), generation, first).aclose(), 1.0)
     assert first.cancelled() and backend.closed_early == 1
     assert outcome.record.status == 499 and outcome.record.cancel_reason == "client_disconnect"
+
+
+async def test_unexpected_error_mid_stream_still_ends_the_body_with_an_error_event() -> None:
+    """A bug below the HTTP edge (not a typed error) after headers went out must not cut the body
+    off: the client gets a server_error event, the backend is closed, the outcome is a 500."""
+    backend = ScriptedBackend([text_chunks(b"he", b"llo")[0], RuntimeError("a bug")])
+    body, outcome = await stream_bytes(backend, make_plan())
+    last = body.split(b"\n\n")[-2]
+    assert last.startswith(b'data: {"error":{') and b'"type":"server_error"' in last
+    assert b"[DONE]" not in body
+    assert outcome.record.status == 500
