@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install everything the test suite needs into .venv and run it: unit tests, integration tests
+# Install everything the test suite needs into .venv, check lint, format and types (ruff, mypy), and run it: unit tests, integration tests
 # against a real tritonserver, chart tests, on the default transport to Triton (h2); then the
 # integration tests again with the token streams on grpc.aio (GATEWAY_TRITON_TRANSPORT=aio, which
 # every gateway the tests start inherits). Extra arguments go to pytest, for both runs; the aio run
@@ -27,6 +27,10 @@ if ! .venv/bin/python -m pip install --disable-pip-version-check -e '.[local,tes
     echo "install failed (full log: .venv/install.log)" >&2
     exit 1
 fi
+# Lint, format and types first: cheap, and a failure here is a real defect (pyproject holds the config).
+.venv/bin/ruff check gateway tests bench scripts triton_models
+.venv/bin/ruff format --check gateway tests bench scripts triton_models
+.venv/bin/mypy
 h2_status=0
 GATEWAY_TRITON_TRANSPORT=h2 .venv/bin/python -m pytest "$@" || h2_status=$?
 paths=none
