@@ -1,4 +1,4 @@
-"""Internal types between the translation layer and a backend.
+"""Internal types between the planning layer and core, and a backend.
 
 Plain frozen dataclasses, not pydantic: one ``GenerationChunk`` is built per backend response, on
 the per-token path, so it must cost no validation. Nothing here knows OpenAI's wire format.
