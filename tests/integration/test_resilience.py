@@ -16,8 +16,6 @@ import pytest
 
 from gateway.triton_launcher import TritonServer, free_port
 from tests.integration.conftest import (
-    MODEL,
-    REFERENCE_REPOSITORY,
     TEST_REPOSITORY,
     GatewayProcess,
     read_metric,
@@ -189,12 +187,9 @@ def test_client_leaving_before_the_first_token_cancels_triton_work(
 
 
 def _start_triton(grpc_port: int, tmp_path: Path, name: str) -> TritonServer:
-    server = TritonServer(
-        REFERENCE_REPOSITORY,
-        grpc_port=grpc_port,
-        log_file=tmp_path / f"{name}.log",
-        extra_args=(f"--model-repository={TEST_REPOSITORY}",),
-    )
+    """A private Triton with the test models only: they load in about a second, where tiny-llm's
+    torch import took minutes on a loaded machine (a restart test then timed out)."""
+    server = TritonServer(TEST_REPOSITORY, grpc_port=grpc_port, log_file=tmp_path / f"{name}.log")
     return server.start()
 
 
@@ -203,14 +198,14 @@ def test_gateway_started_before_triton_serves_once_triton_is_up(own_gateway, tmp
     gateway = own_gateway("--model-refresh-interval", "0.5", triton_url=f"127.0.0.1:{port}", wait_ready=False)
     assert httpx.get(gateway.url + "/health").status_code == 200
     assert httpx.get(gateway.url + "/health/ready").status_code == 503
-    down = httpx.post(gateway.url + "/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 2})
+    down = httpx.post(gateway.url + "/v1/completions", json={"model": SCRIPTED, "prompt": slow_script(1)})
     assert down.status_code == 503 and down.headers.get("retry-after") == "1"
     assert down.json()["error"]["type"] == "service_unavailable"
     triton = _start_triton(port, tmp_path, "late-triton")
     try:
         assert wait_for(lambda: httpx.get(gateway.url + "/health/ready").status_code == 200, timeout=15)
-        up = httpx.post(gateway.url + "/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 2})
-        assert up.status_code == 200
+        up = httpx.post(gateway.url + "/v1/completions", json={"model": SCRIPTED, "prompt": slow_script(1)})
+        assert up.status_code == 200 and up.json()["choices"][0]["text"] == "tok "
     finally:
         triton.stop()
 
