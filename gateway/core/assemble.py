@@ -240,7 +240,8 @@ class RequestAssembler:
         ]
         for assembler, counted in zip(self.assemblers, prompt_tokens, strict=False):
             assembler.prompt_tokens = counted or 0  # the backend's own count replaces it when sent
-        # legacy logprobs' text_offset: where each choice's text stands (after an echoed prompt)
+        # legacy logprobs' text_offset: where each choice's next token starts (after an echoed
+        # prompt), counted in the tokens' own text as vLLM counts it (see ``_globalize``)
         self.offsets = [len(echo[p]) if echo else 0 for p in range(len(max_tokens)) for _ in range(n)]
 
     @property
@@ -281,6 +282,13 @@ class RequestAssembler:
                     logprobs = {"content": chat_logprobs(event.logprobs, self.top)}
                 else:
                     logprobs = completion_logprobs(event.logprobs, self.top, self.offsets[index])
-            self.offsets[index] += len(event.text)
+                    # Advance by the tokens just reported, not by the text: the two differ where
+                    # a token ends inside a UTF-8 character (its token is "", and the U+FFFD or
+                    # the held-back bytes land in a later chunk's text) or text is held back for
+                    # a stop string. Non-streamed offsets are counted in tokens alone, so this
+                    # keeps streamed offsets equal to them, as vLLM's server does.
+                    tokens = logprobs["tokens"]
+                    if tokens:
+                        self.offsets[index] = logprobs["text_offset"][-1] + len(tokens[-1])
             out.append(ChoiceEvent(index, event.text, event.finish_reason, logprobs))
         return out
