@@ -109,6 +109,18 @@ def test_n_choices_are_n_single_sequence_requests_seeded_as_vllm_seeds_its_child
     assert all(r["stream"] is stream for r in records)
 
 
+def test_n_choices_of_several_prompts_are_seeded_per_prompt_as_vllm_seeds_them(gateway: GatewayProcess) -> None:
+    # vLLM runs each prompt as its own request with n children: seeds restart at each prompt.
+    prompts = [ECHO, ECHO + " "]
+    body = {"model": "scripted", "prompt": prompts, "max_tokens": 5, "n": 2, "temperature": 1.0, "seed": 3}
+    response = httpx.post(gateway.url + "/v1/completions", json=body, headers={"X-Request-Id": "nreq"}, timeout=30)
+    assert response.status_code == 200, response.text
+    records = [json.loads(c["text"]) for c in sorted(response.json()["choices"], key=lambda c: c["index"])]
+    assert [r["request_id"] for r in records] == ["nreq-0", "nreq-1", "nreq-2", "nreq-3"]
+    assert [r["text_input"] for r in records] == [prompts[0], prompts[0], prompts[1], prompts[1]]
+    assert [r["sampling_parameters"]["seed"] for r in records] == [3, 4, 3, 4]
+
+
 def test_logprobs_ask_for_the_logprobs_tensor(gateway: GatewayProcess) -> None:
     assert chat(gateway, max_tokens=5, logprobs=True)["return_logprobs"] is True
     assert chat(gateway, max_tokens=5)["return_logprobs"] is None
