@@ -9,10 +9,12 @@ from gateway.plan.prepare import GenerationPlan
 
 
 def make_plan(*, prompts: int = 1, stream: bool = True, **fields: Any) -> GenerationPlan:
-    """A plan for model ``m`` with ``prompts`` backend requests; any field can be overridden."""
+    """A plan for model ``m`` with ``prompts`` × ``n`` backend requests (one per choice); any field
+    can be overridden."""
+    n = fields.get("n", 1)
     requests = tuple(
-        GenerationRequest(request_id=f"r-{i}", model="m", prompt=f"p{i}", sampling={}, stream=stream)
-        for i in range(prompts)
+        GenerationRequest(request_id=f"r-{i}", model="m", prompt=f"p{i // n}", sampling={}, stream=stream)
+        for i in range(prompts * n)
     )
     values: dict[str, Any] = {
         "requests": requests,

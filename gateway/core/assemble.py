@@ -135,6 +135,18 @@ class ChoiceAssembler:
         return text
 
 
+def _inconsistent(chunk: GenerationChunk) -> str:
+    """The error for a response whose outputs disagree on the number of sequences. Pairing them
+    anyway would put text at the wrong choice or invent a finish reason for a sequence the
+    response does not carry (what Triton's vLLM backend sends for ``n`` > 1 when not streaming)."""
+    sizes = [f"{len(chunk.text)} text_output", f"{len(chunk.finish_reason)} finish_reason"]
+    if chunk.num_output_tokens is not None:
+        sizes.append(f"{len(chunk.num_output_tokens)} num_output_tokens")
+    if chunk.logprobs is not None:
+        sizes.append(f"{len(chunk.logprobs)} logprobs")
+    return f"the backend's response is inconsistent: {', '.join(sizes)} elements (one per sequence expected)"
+
+
 class GenerationAssembler:
     """All choices of one request. ``feed`` a chunk, get the events to send."""
 
@@ -164,21 +176,28 @@ class GenerationAssembler:
     def feed(self, chunk: GenerationChunk) -> list[ChoiceEvent]:
         if chunk.num_input_tokens is not None:
             self.prompt_tokens = chunk.num_input_tokens
-        if len(chunk.text) > len(self.choices):
-            raise BackendError(f"the backend returned {len(chunk.text)} sequences, {len(self.choices)} were asked for")
+        texts, reasons, counts, entries = chunk.text, chunk.finish_reason, chunk.num_output_tokens, chunk.logprobs
+        sequences = len(texts)
+        if sequences > len(self.choices):
+            raise BackendError(f"the backend returned {sequences} sequences, {len(self.choices)} were asked for")
+        if (
+            len(reasons) != sequences
+            or (counts is not None and len(counts) != sequences)
+            or (entries is not None and len(entries) != sequences)
+        ):
+            raise BackendError(_inconsistent(chunk))
         events: list[ChoiceEvent] = []
-        counts = chunk.num_output_tokens
-        for index, data in enumerate(chunk.text):
+        for index, data in enumerate(texts):
             choice = self.choices[index]
             if choice.done:
                 continue
-            if counts is not None and index < len(counts):
+            if counts is not None:
                 choice.completion_tokens += counts[index]
-            reason = chunk.finish_reason[index] if index < len(chunk.finish_reason) else None
+            reason = reasons[index]
             if reason == "abort":
                 raise BackendError("the backend aborted the request")
             text = choice.feed(data, reason)
-            logprobs = chunk.logprobs[index] if chunk.logprobs is not None else None
+            logprobs = entries[index] if entries is not None else None
             if text or choice.done or logprobs:
                 events.append(ChoiceEvent(index, text, choice.finish_reason, logprobs))
         if chunk.final:
@@ -217,8 +236,9 @@ def coalesce(events: list[ChoiceEvent]) -> list[ChoiceEvent]:
 
 
 class RequestAssembler:
-    """All prompts of one request: an assembler per prompt, choice indices made global
-    (prompt × n + i), logprobs mapped to OpenAI's shape only when they were asked for."""
+    """All choices of one request, each from its own single-sequence backend generation (the
+    plan's requests, in choice order: prompt × n + i). Logprobs are mapped to OpenAI's shape only
+    when they were asked for; usage counts each prompt once, however many choices it has."""
 
     def __init__(
         self,
@@ -232,15 +252,20 @@ class RequestAssembler:
         include_stop: bool = False,
         echo: Sequence[str] | None = None,
     ) -> None:
+        """``max_tokens``, ``prompt_tokens`` and ``echo`` are per prompt."""
         self.n = n
         self.chat = chat
         self.top = top_logprobs
         self.assemblers = [
-            GenerationAssembler(n, stops=stops, include_stop=include_stop, max_tokens=m) for m in max_tokens
+            GenerationAssembler(1, stops=stops, include_stop=include_stop, max_tokens=m)
+            for m in max_tokens
+            for _ in range(n)
         ]
-        for assembler, counted in zip(self.assemblers, prompt_tokens, strict=False):
-            assembler.prompt_tokens = counted or 0  # the backend's own count replaces it when sent
-        # legacy logprobs' text_offset: where each choice's text stands (after an echoed prompt)
+        for prompt, counted in enumerate(prompt_tokens):
+            for assembler in self.assemblers[prompt * n : (prompt + 1) * n]:
+                assembler.prompt_tokens = counted or 0  # the backend's own count replaces it when sent
+        # legacy logprobs' text_offset: where each choice's next token starts (after an echoed
+        # prompt), counted in the tokens' own text as vLLM counts it (see ``_globalize``)
         self.offsets = [len(echo[p]) if echo else 0 for p in range(len(max_tokens)) for _ in range(n)]
 
     @property
@@ -252,14 +277,21 @@ class RequestAssembler:
 
     @property
     def usage(self) -> Usage:
-        usages = [a.usage for a in self.assemblers]
-        return Usage(sum(u.prompt_tokens for u in usages), sum(u.completion_tokens for u in usages))
+        assemblers = self.assemblers
+        if len(assemblers) == 1:
+            return assemblers[0].usage
+        # Each of a prompt's n generations reports the same prompt: count it once (as vLLM and
+        # OpenAI do for n > 1), from whichever generation has reported it so far.
+        n = self.n
+        prompt = sum(max(a.prompt_tokens for a in assemblers[p : p + n]) for p in range(0, len(assemblers), n))
+        return Usage(prompt, sum(a.choices[0].completion_tokens for a in assemblers))
 
     @property
     def finish_reasons(self) -> list[str | None]:
-        return [c.finish_reason for a in self.assemblers for c in a.choices]
+        return [a.choices[0].finish_reason for a in self.assemblers]
 
     def feed(self, position: int, chunk: GenerationChunk) -> list[ChoiceEvent]:
+        """Events for a chunk of the generation at ``position``, which is its choice's index."""
         events = self.assemblers[position].feed(chunk)
         if position == 0 and self.top is None:
             return events  # the common case: nothing to rewrite
@@ -271,16 +303,22 @@ class RequestAssembler:
             out.extend(self._globalize(position, assembler.close()))
         return out
 
-    def _globalize(self, position: int, events: list[ChoiceEvent]) -> list[ChoiceEvent]:
+    def _globalize(self, index: int, events: list[ChoiceEvent]) -> list[ChoiceEvent]:
         out = []
-        for event in events:
-            index = position * self.n + event.index
+        for event in events:  # each generation has one sequence: its events are choice ``index``'s
             logprobs: Any = None
             if self.top is not None:
                 if self.chat:
                     logprobs = {"content": chat_logprobs(event.logprobs, self.top)}
                 else:
                     logprobs = completion_logprobs(event.logprobs, self.top, self.offsets[index])
-            self.offsets[index] += len(event.text)
+                    # Advance by the tokens just reported, not by the text: the two differ where
+                    # a token ends inside a UTF-8 character (its token is "", and the U+FFFD or
+                    # the held-back bytes land in a later chunk's text) or text is held back for
+                    # a stop string. Non-streamed offsets are counted in tokens alone, so this
+                    # keeps streamed offsets equal to them, as vLLM's server does.
+                    tokens = logprobs["tokens"]
+                    if tokens:
+                        self.offsets[index] = logprobs["text_offset"][-1] + len(tokens[-1])
             out.append(ChoiceEvent(index, event.text, event.finish_reason, logprobs))
         return out

@@ -1,9 +1,9 @@
-"""Merging several backend generations (a list of prompts) into one stream of batches.
+"""Merging several backend generations (a request's choices: ``n`` per prompt) into one stream of batches.
 
 A backend generation yields *batches*: everything that arrived since its consumer last asked
 (``Backend.generate``). So a slow HTTP client gets fewer, larger chunks instead of a queue of tiny
-ones, with no task between the socket and the consumer. This module only adds the prompt's
-position, and closes every source in ``finally``: closing a generation is what cancels its Triton
+ones, with no task between the socket and the consumer. This module only adds the generation's
+position (its choice's index), and closes every source in ``finally``: closing a generation is what cancels its Triton
 call, so a merged stream that stops early must not leave any of its sources running.
 """
 

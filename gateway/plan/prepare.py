@@ -20,7 +20,7 @@ from gateway.plan.budget import token_budget
 from gateway.plan.chat import chat_max_tokens, render_chat_prompt
 from gateway.plan.completions import check_completion_options, completion_prompts
 from gateway.plan.limits import check_chat_limits, check_sampling_limits
-from gateway.plan.sampling import stop_list, to_generation_request
+from gateway.plan.sampling import stop_list, to_generation_requests
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,9 +34,10 @@ class RequestContext:
 
 @dataclass(frozen=True, slots=True)
 class GenerationPlan:
-    """One request, decided: a backend request per prompt, and how to assemble and answer."""
+    """One request, decided: a backend request per choice, and how to assemble and answer."""
 
     requests: tuple[GenerationRequest, ...]
+    """One single-sequence request per choice, in choice order: prompt position × ``n`` + i."""
     request_id: str
     chat: bool
     stream: bool
@@ -46,9 +47,11 @@ class GenerationPlan:
     completion_id: str
     created: int
     n: int
+    """Choices per prompt."""
     stops: tuple[str, ...]
     include_stop: bool
     max_tokens: tuple[int, ...]
+    """Per prompt."""
     include_usage: bool
     continuous_usage: bool
     logprobs: int | None = None
@@ -70,8 +73,16 @@ class GenerationPlan:
 
     @property
     def choices(self) -> int:
-        """Choices in the response: ``n`` per prompt."""
-        return self.n * len(self.requests)
+        """Choices in the response: ``n`` per prompt, one backend request each."""
+        return len(self.requests)
+
+
+def choice_ids(request_id: str, first: int, n: int, total: int) -> list[str]:
+    """Triton request ids for ``n`` choices from index ``first``: the request's own id when it
+    has one choice, else ``<id>-<choice index>``, so Triton's logs tell the choices apart."""
+    if total == 1:
+        return [request_id]
+    return [f"{request_id}-{index}" for index in range(first, first + n)]
 
 
 def _plan(
@@ -117,16 +128,16 @@ async def prepare_chat(
     prompt = render_chat_prompt(body, resolved)
     max_tokens, prompt_tokens = token_budget(chat_max_tokens(body), resolved.model, prompt, settings)
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
-    generation = to_generation_request(
+    requests = to_generation_requests(
         body,
         resolved,
-        request_id=context.request_id,
+        request_ids=choice_ids(context.request_id, 0, body.n, body.n),
         prompt=prompt,
         max_tokens=max_tokens,
         logprobs=logprobs,
         deadline=context.deadline,
     )
-    return _plan(body, context, resolved, [generation], [max_tokens], logprobs=logprobs, prompt_tokens=(prompt_tokens,))
+    return _plan(body, context, resolved, requests, [max_tokens], logprobs=logprobs, prompt_tokens=(prompt_tokens,))
 
 
 async def prepare_completion(
@@ -141,16 +152,15 @@ async def prepare_completion(
         max_tokens, prompt_tokens = token_budget(body.max_tokens, resolved.model, prompt, settings)
         budgets.append(max_tokens)
         counts.append(prompt_tokens)
-        request_id = context.request_id if len(prompts) == 1 else f"{context.request_id}-{position}"
-        requests.append(
-            to_generation_request(
+        requests.extend(
+            to_generation_requests(
                 body,
                 resolved,
+                request_ids=choice_ids(context.request_id, position * body.n, body.n, len(prompts) * body.n),
                 prompt=prompt,
                 max_tokens=max_tokens,
                 logprobs=body.logprobs,
                 deadline=context.deadline,
-                request_id=request_id,
             )
         )
     return _plan(

@@ -8,12 +8,16 @@ real JSON types: the vLLM backend coerces strings with ``bool("false") == True``
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gateway.backend.types import GenerationRequest
-from gateway.errors import ContextLengthExceededError
+from gateway.errors import ContextLengthExceededError, InvalidRequestError
 from gateway.models.resolve import ResolvedModel
 from gateway.openai.schemas import ChatCompletionRequest, SamplingFields
+
+GREEDY_BELOW = 1e-5
+"""A temperature under this is greedy decoding for vLLM (its ``_SAMPLING_EPS``)."""
 
 # request field → SamplingParams field, copied when set (not None).
 _PASS_THROUGH = (
@@ -46,7 +50,8 @@ def to_sampling_params(
     adapter: str | None,
     logprobs: int | None = None,
 ) -> dict[str, Any]:
-    params: dict[str, Any] = {"max_tokens": max_tokens, "n": request.n}
+    # One sequence per backend request: ``n`` > 1 is sent as n requests (``to_generation_requests``).
+    params: dict[str, Any] = {"max_tokens": max_tokens, "n": 1}
     for name in _PASS_THROUGH:
         value = getattr(request, name)
         if value is not None:
@@ -106,24 +111,47 @@ def resolve_max_tokens(
     return requested if requested is not None else room
 
 
-def to_generation_request(
+def choice_sampling(params: Mapping[str, Any], index: int) -> Mapping[str, Any]:
+    """The parameters of choice ``index`` of ``n``, derived as vLLM derives its own child requests'
+    for ``n`` > 1 (``ParentRequest``): the seed becomes ``seed + index``, so each choice equals
+    vLLM's choice at the same index; unseeded choices share the parameters, each drawn on its own."""
+    seed = params.get("seed")
+    if seed is None or index == 0:
+        return params
+    return {**params, "seed": seed + index}
+
+
+def to_generation_requests(
     request: SamplingFields,
     resolved: ResolvedModel,
     *,
-    request_id: str,
+    request_ids: Sequence[str],
     prompt: str,
     max_tokens: int,
     logprobs: int | None,
     deadline: float | None,
-) -> GenerationRequest:
-    """The backend request for one prompt of a chat or legacy completion."""
-    return GenerationRequest(
-        request_id=request_id,
-        model=resolved.model.name,
-        prompt=prompt,
-        sampling=to_sampling_params(request, max_tokens=max_tokens, adapter=resolved.adapter, logprobs=logprobs),
-        stream=request.stream,
-        return_logprobs=logprobs is not None,
-        deadline=deadline,
-        inputs=resolved.model.inputs,
-    )
+) -> list[GenerationRequest]:
+    """The backend requests for one prompt: one single-sequence request per choice (``request_ids``
+    holds one id per choice, ``n`` in all).
+
+    Why not one request with ``n``: Triton's vLLM backend pairs its outputs by position and, when
+    not streaming, sends only the last one, so choices land at the wrong index or are lost; and a
+    TensorRT-LLM ensemble generates one sequence per request anyway. n requests give every backend
+    the same choices vLLM's own server gives."""
+    if request.n > 1 and request.temperature is not None and request.temperature < GREEDY_BELOW:
+        # vLLM refuses it too: n copies of one greedy answer is surely not what the client meant.
+        raise InvalidRequestError(f"n must be 1 when using greedy sampling, got {request.n}.", param="n")
+    params = to_sampling_params(request, max_tokens=max_tokens, adapter=resolved.adapter, logprobs=logprobs)
+    return [
+        GenerationRequest(
+            request_id=request_id,
+            model=resolved.model.name,
+            prompt=prompt,
+            sampling=choice_sampling(params, index),
+            stream=request.stream,
+            return_logprobs=logprobs is not None,
+            deadline=deadline,
+            inputs=resolved.model.inputs,
+        )
+        for index, request_id in enumerate(request_ids)
+    ]

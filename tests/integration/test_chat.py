@@ -158,23 +158,28 @@ def _cancel_counts(triton: TritonServer) -> tuple[float, float]:
     )
 
 
-def test_client_disconnect_mid_stream_cancels_triton_work(gateway: GatewayProcess, triton: TritonServer) -> None:
+@pytest.mark.parametrize("n", [1, 3])
+def test_client_disconnect_mid_stream_cancels_triton_work(
+    gateway: GatewayProcess, triton: TritonServer, n: int
+) -> None:
+    # n > 1 is n Triton requests (one per choice): every one of them is cancelled.
     cancelled_before, _ = _cancel_counts(triton)
-    body = {"model": MODEL, "messages": MESSAGES, "max_tokens": 1500, "stream": True, "ignore_eos": True}
+    body = {"model": MODEL, "messages": MESSAGES, "max_tokens": 1500, "stream": True, "ignore_eos": True, "n": n}
     with httpx.stream("POST", gateway.url + "/v1/chat/completions", json=body, timeout=30) as response:
         lines = response.iter_lines()
         received = [next(lines) for _ in range(6)]
         assert any(line.startswith("data: {") for line in received)
         assert _cancel_counts(triton)[1] >= 1  # the model is generating for us right now
     # leaving the block closed the connection mid-stream
-    assert wait_for(lambda: _cancel_counts(triton) == (cancelled_before + 1, 0), timeout=5), _cancel_counts(triton)
+    assert wait_for(lambda: _cancel_counts(triton) == (cancelled_before + n, 0), timeout=5), _cancel_counts(triton)
 
 
+@pytest.mark.parametrize("n", [1, 3])
 def test_client_disconnect_on_non_streaming_request_cancels_triton_work(
-    gateway: GatewayProcess, triton: TritonServer
+    gateway: GatewayProcess, triton: TritonServer, n: int
 ) -> None:
     cancelled_before, _ = _cancel_counts(triton)
-    body = {"model": MODEL, "messages": MESSAGES, "max_tokens": 1500, "ignore_eos": True}
+    body = {"model": MODEL, "messages": MESSAGES, "max_tokens": 1500, "ignore_eos": True, "n": n}
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(gateway.url + "/v1/chat/completions", json=body, timeout=httpx.Timeout(10, read=1.0))
-    assert wait_for(lambda: _cancel_counts(triton) == (cancelled_before + 1, 0), timeout=5), _cancel_counts(triton)
+    assert wait_for(lambda: _cancel_counts(triton) == (cancelled_before + n, 0), timeout=5), _cancel_counts(triton)

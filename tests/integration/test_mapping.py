@@ -62,7 +62,7 @@ def test_chat_template_renders_the_prompt(gateway: GatewayProcess) -> None:
             {"min_tokens": 2, "ignore_eos": False, "stop_token_ids": [7]},
         ),
         ({"skip_special_tokens": False}, {"skip_special_tokens": False}),
-        ({"n": 2}, {"n": 2}),
+        ({"n": 2, "temperature": 1.0}, {"n": 1}),  # each choice is its own request (test below)
         ({"max_tokens": 9, "max_completion_tokens": 4}, {"max_tokens": 4}),
         ({"logprobs": True, "top_logprobs": 3}, {"logprobs": 3}),
         ({"response_format": {"type": "json_object"}}, {"structured_outputs": json.dumps({"json_object": True})}),
@@ -79,6 +79,46 @@ def test_chat_fields_map_to_sampling_parameters(
     for key, value in expected.items():
         assert params[key] == value, key
         assert type(params[key]) is type(value), key  # real JSON types, never strings
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_n_choices_are_n_single_sequence_requests_seeded_as_vllm_seeds_its_children(
+    gateway: GatewayProcess, stream: bool
+) -> None:
+    # Triton's vLLM backend mixes up n > 1 sequences, so each choice is one request with n = 1
+    # and the seed vLLM gives its i-th child (seed + i): the same choices as vLLM's own n.
+    body = {"model": "scripted", "messages": [{"role": "user", "content": ECHO}], "max_tokens": 5}
+    body |= {"n": 3, "temperature": 1.0, "seed": 7, "stream": stream}
+    response = httpx.post(gateway.url + "/v1/chat/completions", json=body, headers={"X-Request-Id": "nreq"}, timeout=30)
+    assert response.status_code == 200, response.text
+    if stream:
+        texts: dict[int, str] = {}
+        for line in response.text.splitlines():
+            if line.startswith("data: {"):
+                for choice in json.loads(line[6:])["choices"]:
+                    texts[choice["index"]] = texts.get(choice["index"], "") + (choice["delta"].get("content") or "")
+        records = [json.loads(texts[i]) for i in sorted(texts)]
+    else:
+        reply = response.json()
+        assert [c["index"] for c in reply["choices"]] == [0, 1, 2]
+        records = [json.loads(c["message"]["content"]) for c in reply["choices"]]
+        assert reply["usage"]["prompt_tokens"] == 1  # scripted reports 1 per request: counted once
+    assert [r["request_id"] for r in records] == ["nreq-0", "nreq-1", "nreq-2"]
+    assert [r["sampling_parameters"]["n"] for r in records] == [1, 1, 1]
+    assert [r["sampling_parameters"]["seed"] for r in records] == [7, 8, 9]
+    assert all(r["stream"] is stream for r in records)
+
+
+def test_n_choices_of_several_prompts_are_seeded_per_prompt_as_vllm_seeds_them(gateway: GatewayProcess) -> None:
+    # vLLM runs each prompt as its own request with n children: seeds restart at each prompt.
+    prompts = [ECHO, ECHO + " "]
+    body = {"model": "scripted", "prompt": prompts, "max_tokens": 5, "n": 2, "temperature": 1.0, "seed": 3}
+    response = httpx.post(gateway.url + "/v1/completions", json=body, headers={"X-Request-Id": "nreq"}, timeout=30)
+    assert response.status_code == 200, response.text
+    records = [json.loads(c["text"]) for c in sorted(response.json()["choices"], key=lambda c: c["index"])]
+    assert [r["request_id"] for r in records] == ["nreq-0", "nreq-1", "nreq-2", "nreq-3"]
+    assert [r["text_input"] for r in records] == [prompts[0], prompts[0], prompts[1], prompts[1]]
+    assert [r["sampling_parameters"]["seed"] for r in records] == [3, 4, 3, 4]
 
 
 def test_logprobs_ask_for_the_logprobs_tensor(gateway: GatewayProcess) -> None:

@@ -71,17 +71,34 @@ def test_backend_length_is_reported_as_length(client: openai.OpenAI) -> None:
     assert finishes == {0: "length"}
 
 
-def test_n_sequences_interleaved_keep_their_index_and_finish(client: openai.OpenAI) -> None:
-    prompt = script(
-        {"utf8": ["a1", "b1"], "finish_reason": ["None", "None"]},
-        {"utf8": ["a2", ""], "finish_reason": ["None", "length"]},
-        {"utf8": ["a3", ""], "finish_reason": ["stop", "None"]},
+def test_n_choices_interleaved_keep_their_index_and_finish(client: openai.OpenAI) -> None:
+    # One backend request per choice; their responses interleave (the delays), and each choice
+    # keeps its own text, finish reason and index.
+    prompt = json.dumps(
+        {
+            "choices": [
+                [
+                    {"utf8": ["a1"]},
+                    {"utf8": ["a2"], "delay": 0.2},
+                    {"utf8": ["a3"], "finish_reason": ["stop"], "delay": 0.1},
+                ],
+                [{"utf8": ["b1"], "delay": 0.1}, {"utf8": [""], "finish_reason": ["length"], "delay": 0.05}],
+            ]
+        }
     )
     texts, finishes, chunks = stream_text(client, prompt, n=2)
     assert texts == {0: "a1a2a3", 1: "b1"}
     assert finishes == {0: "stop", 1: "length"}
-    for chunk in chunks:
-        assert len(chunk.choices) <= 1 or {c.index for c in chunk.choices} == {0, 1}
+    indexes = [c.choices[0].index for c in chunks if c.choices and c.choices[0].text]
+    assert indexes.index(1) < len(indexes) - 1 - indexes[::-1].index(0), "the choices did not interleave"
+
+
+def test_a_response_with_more_sequences_than_asked_is_an_error_not_a_guess(client: openai.OpenAI) -> None:
+    # Each request asks for one sequence; a response carrying two cannot be paired with choices.
+    prompt = script({"utf8": ["a", "b"], "finish_reason": ["stop", "stop"]})
+    with pytest.raises(openai.APIError) as info:
+        stream_text(client, prompt)
+    assert "2 sequences" in info.value.message
 
 
 def test_usage_counts_come_from_the_backend(client: openai.OpenAI) -> None:

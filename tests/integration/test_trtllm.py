@@ -60,10 +60,23 @@ def test_fields_become_ensemble_tensors_with_their_types(client: openai.OpenAI) 
     assert sent["stream"] is True and sent["beam_width"] == 1 and sent["exclude_input_in_output"] is True
 
 
+def test_n_choices_are_one_ensemble_request_each_seeded_as_vllm_seeds_them(client: openai.OpenAI) -> None:
+    # An ensemble generates one sequence per request: n > 1 works because the gateway sends one
+    # request per choice, with seed + i as vLLM's n would use.
+    reply = client.completions.create(model=MODEL, prompt="ECHO", max_tokens=4, n=3, temperature=1.0, seed=42)
+    assert [c.index for c in reply.choices] == [0, 1, 2]
+    assert [json.loads(c.text)["seed"] for c in reply.choices] == [42, 43, 44]
+    streamed = client.completions.create(model=MODEL, prompt="alpha", max_tokens=2, n=2, temperature=1.0, stream=True)
+    texts: dict[int, str] = {}
+    for chunk in streamed:
+        for choice in chunk.choices:
+            texts[choice.index] = texts.get(choice.index, "") + choice.text
+    assert texts == {0: "alpha alpha ", 1: "alpha alpha "}
+
+
 @pytest.mark.parametrize(
     ("extra", "param"),
     [
-        ({"n": 2}, "n"),
         ({"logprobs": 2}, "logprobs"),
         ({"extra_body": {"min_p": 0.1}}, "min_p"),
         ({"logit_bias": {"5": 1}}, "logit_bias"),

@@ -161,3 +161,57 @@ def test_legacy_logprob_offsets_continue_across_chunks_and_after_echo() -> None:
     second = run.feed(0, GenerationChunk((b"cd",), ("length",), 1, (2,), ([entry("c"), entry("d")],), True))
     assert first[0].logprobs["text_offset"] == [3, 4]
     assert second[0].logprobs["text_offset"] == [5, 6]
+
+
+def test_streamed_legacy_offsets_after_a_token_ending_inside_a_utf8_character_equal_non_streamed() -> None:
+    # What vLLM sends for such a token: its decoded token is "", its byte is held back by the
+    # decoder, and the next token's bytes make it invalid, so the text shows U+FFFD that no
+    # token carries. Offsets count the tokens, streamed or not.
+    from gateway.core.assemble import RequestAssembler
+
+    def entry(token: str) -> dict[str, dict[str, object]]:
+        return {"1": {"logprob": -1.0, "rank": 1, "decoded_token": token}}
+
+    pieces = [(b"ab", "ab"), (b"\xe2", ""), (b"For", "For"), (b"x", "x")]
+    streamed = RequestAssembler(n=1, chat=False, top_logprobs=0, max_tokens=[4])
+    offsets, text = [], ""
+    for at, (data, token) in enumerate(pieces):
+        last = at == len(pieces) - 1
+        chunk = GenerationChunk((data,), ("length" if last else None,), 1, (1,), ([entry(token)],), last)
+        for event in streamed.feed(0, chunk):
+            offsets.extend(event.logprobs["text_offset"])
+            text += event.text
+    whole = RequestAssembler(n=1, chat=False, top_logprobs=0, max_tokens=[4])
+    data = b"".join(d for d, _ in pieces)
+    (event,) = whole.feed(0, GenerationChunk((data,), ("length",), 1, (4,), ([entry(t) for _, t in pieces],), True))
+    assert text == event.text == "ab\ufffdForx"
+    assert offsets == event.logprobs["text_offset"] == [0, 2, 2, 5]
+
+
+@pytest.mark.parametrize(
+    "chunk",
+    [
+        # Triton's vLLM backend with n=2, not streaming: the last output only, but both reasons
+        GenerationChunk(text=(b"tail",), finish_reason=("length", "stop"), num_output_tokens=(8,)),
+        GenerationChunk(text=(b"a",), finish_reason=(None,), num_output_tokens=(1, 1)),
+        GenerationChunk(text=(b"a",), finish_reason=(None,), logprobs=([], [])),
+    ],
+    ids=["finish_reason", "num_output_tokens", "logprobs"],
+)
+def test_outputs_disagreeing_on_the_number_of_sequences_are_an_error_not_a_made_up_stop(
+    chunk: GenerationChunk,
+) -> None:
+    with pytest.raises(BackendError, match="inconsistent"):
+        GenerationAssembler(2).feed(chunk)
+
+
+def test_request_assembler_gives_each_generation_its_choice_and_counts_a_prompt_once() -> None:
+    from gateway.core.assemble import RequestAssembler
+
+    run = RequestAssembler(n=2, chat=False, top_logprobs=None, max_tokens=[5, 5], prompt_tokens=[7, 9])
+    assert run.usage.prompt_tokens == 16  # the gateway's own counts, before the backend reports
+    events = run.feed(3, GenerationChunk((b"d",), ("stop",), 9, (2,), None, True))
+    events += run.feed(1, GenerationChunk((b"b",), ("length",), 7, (5,), None, True))
+    assert [(e.index, e.text, e.finish_reason) for e in events] == [(3, "d", "stop"), (1, "b", "length")]
+    assert (run.usage.prompt_tokens, run.usage.completion_tokens) == (16, 7)
+    assert run.finish_reasons == [None, "length", None, "stop"]

@@ -160,3 +160,50 @@ async def test_several_prompts_get_global_choice_indices() -> None:
     assert sorted((e.index, e.text, e.finish_reason) for e in events) == [(0, "x", "stop"), (1, "x", "stop")]
     assert backend.finished + backend.closed_early == 2
     assert run.ended == (200, None)
+
+
+async def test_n_choices_are_n_generations_with_the_prompt_counted_once() -> None:
+    backend = ScriptedBackend(text_chunks(b"a", b"b", prompt_tokens=3))
+    run = Run(backend, make_plan(n=3, include_usage=True))
+    events = [e for step in await run.steps() for e in step]
+    assert len(backend.requests) == 3
+    texts = {i: "".join(e.text for e in events if e.index == i) for i in range(3)}
+    assert texts == {0: "ab", 1: "ab", 2: "ab"}
+    assert run.generation.finish_reasons == ["stop", "stop", "stop"]
+    assert run.generation.usage.as_dict() == {"prompt_tokens": 3, "completion_tokens": 6, "total_tokens": 9}
+    assert run.ended == (200, None)
+
+
+async def test_n_choices_of_several_prompts_count_each_prompt_once() -> None:
+    backend = ScriptedBackend(text_chunks(b"x", prompt_tokens=4))
+    run = Run(backend, make_plan(prompts=2, n=2, chat=False))
+    events = [e for step in await run.steps() for e in step]
+    assert sorted(e.index for e in events) == [0, 1, 2, 3]
+    assert (run.generation.usage.prompt_tokens, run.generation.usage.completion_tokens) == (8, 4)
+
+
+async def test_closing_a_request_with_n_choices_closes_every_generation() -> None:
+    backend = ScriptedBackend(text_chunks(b"a", b"b", b"c"), delay=0.01)
+    run = Run(backend, make_plan(n=3))
+    await anext(run.generation)
+    await run.generation.aclose()
+    assert len(backend.requests) == 3 and backend.closed_early == 3
+    assert run.ended == (499, "client_disconnect")
+
+
+async def test_one_choice_failing_fails_the_request_and_closes_the_others() -> None:
+    class OneFails(ScriptedBackend):
+        async def generate(self, request: GenerationRequest) -> AsyncIterator[list[GenerationChunk]]:
+            if request.request_id == "r-1":
+                self.requests.append(request)
+                raise BackendError("boom")
+                yield []
+            async for batch in super().generate(request):
+                yield batch
+
+    backend = OneFails(text_chunks(b"a", b"b", b"c"), delay=0.05)
+    run = Run(backend, make_plan(n=3))
+    with pytest.raises(BackendError):
+        await run.steps()
+    assert len(backend.requests) == 3 and backend.closed_early == 2
+    assert run.ended == (500, None)

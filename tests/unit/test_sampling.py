@@ -24,7 +24,7 @@ from gateway.plan.sampling import (
     resolve_max_tokens,
     stop_list,
     structured_outputs,
-    to_generation_request,
+    to_generation_requests,
     to_sampling_params,
 )
 
@@ -73,7 +73,7 @@ EVERY_FIELD = {
 @pytest.mark.parametrize("make", [chat, completion])
 def test_every_pass_through_field_keeps_its_value_and_json_type(make: Any) -> None:
     sent = params(make(n=3, **EVERY_FIELD), max_tokens=5)
-    assert sent == {"max_tokens": 5, "n": 3, **EVERY_FIELD}
+    assert sent == {"max_tokens": 5, "n": 1, **EVERY_FIELD}  # n choices are n requests
     for name, value in EVERY_FIELD.items():
         assert type(sent[name]) is type(value), name
 
@@ -264,9 +264,10 @@ FIELD_VALUES: dict[str, st.SearchStrategy[Any]] = {
     st.integers(1, 100_000),
 )
 def test_any_valid_request_sends_exactly_the_fields_set(fields: dict[str, Any], n: int, max_tokens: int) -> None:
+    # n is not among them: each choice is its own single-sequence request
     sent = params(chat(n=n, **fields), max_tokens=max_tokens)
     expected = {k: v for k, v in fields.items() if v is not None}
-    assert sent == {"max_tokens": max_tokens, "n": n, **expected}
+    assert sent == {"max_tokens": max_tokens, "n": 1, **expected}
     for name, value in expected.items():
         assert type(sent[name]) is type(value), name
 
@@ -356,10 +357,10 @@ def test_resolved_max_tokens_always_fits_or_raises(
 
 def test_generation_request_targets_the_base_model_with_the_adapter_in_sampling() -> None:
     model = ServedModel(name="tiny-llm", adapters=("alpha",), inputs=frozenset({"text_input", "sampling_parameters"}))
-    generation = to_generation_request(
+    (generation,) = to_generation_requests(
         chat(model="tiny-llm:alpha", stream=True, temperature=0.0),
         ResolvedModel(model, "alpha"),
-        request_id="rid",
+        request_ids=["rid"],
         prompt="<p>",
         max_tokens=9,
         logprobs=2,
@@ -376,10 +377,10 @@ def test_generation_request_targets_the_base_model_with_the_adapter_in_sampling(
 
 
 def test_generation_request_without_logprobs_or_stream() -> None:
-    generation = to_generation_request(
+    (generation,) = to_generation_requests(
         completion(),
         ResolvedModel(ServedModel(name="m"), None),
-        request_id="r",
+        request_ids=["r"],
         prompt="p",
         max_tokens=1,
         logprobs=None,
@@ -389,6 +390,46 @@ def test_generation_request_without_logprobs_or_stream() -> None:
     assert generation.return_logprobs is False
     assert generation.deadline is None
     assert "lora_name" not in generation.sampling
+
+
+@pytest.mark.parametrize(("seed", "expected"), [(7, [7, 8, 9]), (None, [None, None, None])])
+def test_n_choices_are_single_sequence_requests_seeded_as_vllm_seeds_its_children(
+    seed: int | None, expected: list[int | None]
+) -> None:
+    # vLLM's n > 1 runs child i with seed + i (unseeded children share the parameters): the
+    # same requests, one per choice, give the same choices.
+    generations = to_generation_requests(
+        chat(n=3, seed=seed, temperature=1.0),
+        ResolvedModel(ServedModel(name="m"), None),
+        request_ids=["r-0", "r-1", "r-2"],
+        prompt="p",
+        max_tokens=4,
+        logprobs=None,
+        deadline=None,
+    )
+    assert [g.request_id for g in generations] == ["r-0", "r-1", "r-2"]
+    assert [g.sampling["n"] for g in generations] == [1, 1, 1]
+    assert [g.sampling.get("seed") for g in generations] == expected
+    assert all(g.sampling["temperature"] == 1.0 and g.prompt == "p" for g in generations)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.000001])
+def test_n_with_greedy_sampling_is_refused_as_vllm_refuses_it(temperature: float) -> None:
+    def plan(n: int) -> Any:
+        return to_generation_requests(
+            chat(n=n, temperature=temperature),
+            ResolvedModel(ServedModel(name="m"), None),
+            request_ids=[f"r-{i}" for i in range(n)],
+            prompt="p",
+            max_tokens=4,
+            logprobs=None,
+            deadline=None,
+        )
+
+    assert len(plan(1)) == 1
+    with pytest.raises(InvalidRequestError) as info:
+        plan(2)
+    assert info.value.param == "n" and "greedy" in info.value.message
 
 
 # -- request-shape 4xx decisions ------------------------------------------------------------------
@@ -464,10 +505,10 @@ def test_out_of_range_values_are_refused_by_the_schema(field: str, value: Any) -
 
 def test_zero_top_logprobs_still_asks_for_the_chosen_tokens_logprobs() -> None:
     # Chat's logprobs=true without top_logprobs is logprobs 0: the backend must still return them.
-    generation = to_generation_request(
+    (generation,) = to_generation_requests(
         chat(logprobs=True),
         ResolvedModel(ServedModel(name="m"), None),
-        request_id="r",
+        request_ids=["r"],
         prompt="p",
         max_tokens=1,
         logprobs=0,

@@ -9,6 +9,7 @@ characters split across tokens: good for catching UTF-8 and offset bugs.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import httpx
 import openai
@@ -21,6 +22,7 @@ from tests.vllm_lane.compare import (
     close_logprobs,
     completion,
     completion_stream,
+    gateway_id,
     messages,
     status_of,
 )
@@ -164,6 +166,19 @@ def test_completion_logprobs(gw: openai.OpenAI, vl: openai.OpenAI) -> None:
     ours, theirs = both(completion, gw, vl, prompt="Once upon a time", max_tokens=12, logprobs=3, **GREEDY)
     assert ours.texts == theirs.texts
     assert close_logprobs(ours.logprobs, theirs.logprobs), (ours.logprobs, theirs.logprobs)
+
+
+def test_streamed_completion_text_offset_after_an_incomplete_utf8_token(gw: openai.OpenAI, vl: openai.OpenAI) -> None:
+    # The greedy answer to this prompt has tokens that end inside a UTF-8 character (their
+    # logprob token is "", and the text later shows U+FFFD that no token carries): offsets count
+    # the tokens, so the streamed ones equal the non-streamed ones.
+    kwargs: dict[str, Any] = {"prompt": "Once upon a time", "max_tokens": 12, "logprobs": 1, **GREEDY}
+    ours, theirs = both(completion_stream, gw, vl, **kwargs)
+    assert "" in theirs.logprobs[0]["tokens"]
+    assert ours.texts == theirs.texts
+    assert ours.logprobs[0]["text_offset"] == theirs.logprobs[0]["text_offset"]
+    whole = completion(gw, None, gateway_id, **kwargs)
+    assert ours.logprobs[0]["text_offset"] == whole.logprobs[0]["text_offset"]
 
 
 @pytest.mark.parametrize("adapter", ["alpha", "beta"])

@@ -85,7 +85,7 @@ class TritonPythonModel:
             record = _inputs_record(request)
             flags = {name: bool(record.get(name)) for name in RETURN_FLAGS}
             try:
-                script = parse_script(_first(request, "text_input") or b"")
+                script = parse_script(_first(request, "text_input") or b"", str(record.get("request_id") or ""))
                 steps = plan(script, bool(record["stream"]), flags, record)
             except ScriptError as exc:
                 error = pb_utils.TritonError(str(exc), pb_utils.TritonError.INVALID_ARG)

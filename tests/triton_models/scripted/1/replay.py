@@ -20,7 +20,9 @@ import numpy as np
 _RESPONSE_KEYS = frozenset(
     {"text", "utf8", "finish_reason", "num_output_tokens", "logprobs", "cumulative_logprob", "delay"}
 )
-_SCRIPT_KEYS = frozenset({"responses", "num_input_tokens", "error", "hang", "echo_inputs", "replay_when_not_streaming"})
+_SCRIPT_KEYS = frozenset(
+    {"responses", "choices", "num_input_tokens", "error", "hang", "echo_inputs", "replay_when_not_streaming"}
+)
 RETURN_FLAGS = (
     "return_finish_reason",
     "return_num_input_tokens",
@@ -114,11 +116,24 @@ def _parse_response(raw: Any, index: int, last: bool) -> ScriptedResponse:
     )
 
 
-def parse_script(text_input: bytes) -> Script:
+def _choice_responses(choices: Any, request_id: str) -> Any:
+    """``choices[i]`` for the request of choice i: the gateway sends a request per choice, with
+    the id ``<request id>-<i>``."""
+    if not isinstance(choices, list):
+        raise ScriptError("scripted: 'choices' must be a list of response lists")
+    suffix = request_id.rpartition("-")[2]
+    if not suffix.isdigit() or int(suffix) >= len(choices):
+        raise ScriptError(f"scripted: request id '{request_id}' names no choice of the {len(choices)} scripted")
+    return choices[int(suffix)]
+
+
+def parse_script(text_input: bytes, request_id: str = "") -> Script:
     data = extract_json(text_input)
     if not isinstance(data, dict) or not set(data) <= _SCRIPT_KEYS:
         raise ScriptError(f"scripted: the script must be an object with keys among {sorted(_SCRIPT_KEYS)}")
-    raw_responses = data.get("responses", [])
+    if "choices" in data and "responses" in data:
+        raise ScriptError("scripted: a script has 'responses' or 'choices', not both")
+    raw_responses = _choice_responses(data["choices"], request_id) if "choices" in data else data.get("responses", [])
     if not isinstance(raw_responses, list):
         raise ScriptError("scripted: 'responses' must be a list")
     responses = [_parse_response(r, i, i == len(raw_responses) - 1) for i, r in enumerate(raw_responses)]
