@@ -204,7 +204,8 @@ def check_stub_numpy(stub_bin: Path) -> None:
     if probe.returncode != 0:
         return  # no numpy: the python backend says so itself when a model loads
     version, _, where = probe.stdout.partition(" ")
-    if int(version.split(".")[0]) >= 2:
+    major = version.split(".")[0]
+    if major.isdigit() and int(major) >= 2:
         raise TritonLaunchError(
             f"the Python-backend stubs would run numpy {version} ({where}), and Triton 2.51's stub loses "
             "BYTES inputs with numpy 2 (every request would fail with 'Stub process ... is not healthy'). "

@@ -265,3 +265,11 @@ def test_the_real_stub_interpreter_passes_the_numpy_check(tmp_path: Path) -> Non
 
     assert int(numpy.__version__.split(".")[0]) < 2
     check_stub_numpy(make_stub_python(tmp_path / "stub"))
+
+
+def test_auto_complete_is_on_by_default_and_has_a_no_flag() -> None:
+    from gateway.cli import settings_from_args
+
+    assert settings_from_args([]).triton_auto_complete_config is True
+    assert settings_from_args(["--no-triton-auto-complete-config"]).triton_auto_complete_config is False
+    assert settings_from_args(["--triton-working-dir", "/srv/triton"]).triton_working_dir == Path("/srv/triton")
