@@ -29,6 +29,7 @@ from gateway.http.routes import chat, completions, health, metrics, models
 from gateway.http.security import ApiKeyMiddleware, BodySizeLimitMiddleware
 from gateway.metrics import Metrics
 from gateway.models.catalog import ModelCatalog
+from gateway.models.files import ModelFileSources
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +50,13 @@ def create_app(settings: Settings, backend: Backend | None = None) -> FastAPI:
         tls=triton_tls(settings),
         transport=settings.triton_transport,
     )
-    catalog = ModelCatalog(the_backend, settings.model_repository, settings.model_refresh_interval)
+    catalog = ModelCatalog(
+        the_backend,
+        settings.model_repository,
+        settings.model_refresh_interval,
+        sources=ModelFileSources(settings.triton_working_dir, settings.hf_hub_cache),
+        overrides=settings.model_files,
+    )
     admission = Admission(lambda model: settings.limits_for(model)[:2], settings.queue_timeout)
     the_metrics = Metrics(admission, catalog.adapter_count)
     service = CompletionService(the_backend, admission, the_metrics, log_requests=settings.log_requests)

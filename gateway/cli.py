@@ -17,6 +17,7 @@ import logging
 import signal
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from types import FrameType
 from typing import Any, get_args
 
@@ -134,9 +135,16 @@ def _run(settings: Settings) -> int:
             TritonServer,
         )
 
-        repositories = settings.model_repository or [DEFAULT_MODEL_REPOSITORY]
+        repositories = [r.resolve() for r in settings.model_repository or [DEFAULT_MODEL_REPOSITORY]]
+        working_dir = (settings.triton_working_dir or Path.cwd()).resolve()
         extra = tuple(f"--model-repository={r}" for r in repositories[1:])
-        triton = TritonServer(repositories[0], log_file=settings.triton_log_file, extra_args=extra)
+        triton = TritonServer(
+            repositories[0],
+            log_file=settings.triton_log_file,
+            extra_args=extra,
+            auto_complete_config=settings.triton_auto_complete_config,
+            working_dir=working_dir,
+        )
         try:
             triton.start()
         except TritonLaunchError as exc:
@@ -145,7 +153,9 @@ def _run(settings: Settings) -> int:
         except StopRequestedError:
             logger.warning("Triton was still starting; stopped it")
             raise
-        settings = settings.model_copy(update={"triton_url": triton.grpc_url, "model_repository": repositories})
+        settings = settings.model_copy(
+            update={"triton_url": triton.grpc_url, "model_repository": repositories, "triton_working_dir": working_dir}
+        )
         logger.info("embedded Triton ready on %s (log: %s)", triton.grpc_url, triton.log_file)
     try:
         app = create_app(settings)

@@ -8,12 +8,15 @@ a ``Settings`` by hand and know it sees everything.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from gateway.models.hub import default_hub_cache
 
 _HOST_PORT = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):\d{1,5}$")
 
@@ -28,6 +31,28 @@ class ModelLimits(BaseModel):
     max_concurrent_requests: int | None = Field(default=None, ge=0)
     max_queue_size: int | None = Field(default=None, ge=0)
     max_tokens_limit: int | None = Field(default=None, ge=1)
+
+
+class ModelFiles(BaseModel):
+    """Per-model overrides of what the model repository says (unset: what ``model.json`` names)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tokenizer: str | None = None
+    """A Hugging Face tokenizer folder (relative to the gateway's working directory) or a hub id
+    in ``hf_hub_cache``: the tokenizer and chat template the gateway uses for this model."""
+    chat_template: Path | None = None
+    """A Jinja chat template file; replaces the tokenizer's own template."""
+    max_model_len: int | None = Field(default=None, ge=1)
+    """The model's context length, when ``model.json`` does not say it."""
+
+    @field_validator("chat_template")
+    @classmethod
+    def _template_is_a_file(cls, value: Path | None) -> Path | None:
+        """Fail at start: a template that cannot be read would otherwise mean 400s on every chat."""
+        if value is not None and not value.is_file():
+            raise ValueError(f"chat_template {value} is not a readable file")
+        return value
 
 
 class Settings(BaseSettings):
@@ -59,6 +84,30 @@ class Settings(BaseSettings):
     commas, as Triton takes several). Used to find each model's tokenizer/chat template
     (``<model>/1/model.json`` → ``"model"``), context length and LoRA adapters
     (``<model>/1/multi_lora.json``). Embedded mode defaults it to the shipped tiny model."""
+
+    triton_auto_complete_config: bool = True
+    """Embedded mode: let Triton complete each model's ``config.pbtxt`` (Triton's default), so a
+    repository built for NVIDIA's vLLM container, whose config names no inputs or outputs, loads
+    unchanged. ``--no-triton-auto-complete-config`` passes ``--disable-auto-complete-config``."""
+
+    triton_working_dir: Path | None = None
+    """tritonserver's working directory. Triton's vLLM backend hands ``model.json``'s paths to vLLM
+    unchanged, so a relative ``"model"``/``"tokenizer"`` is relative to it; the gateway looks there
+    first, then in the hub cache, then beside ``model.json`` (how the shipped reference model reads
+    it). Embedded mode starts Triton in this directory (default: the gateway's own)."""
+
+    hf_hub_cache: Path | None = Field(default_factory=lambda: default_hub_cache(os.environ))
+    """The Hugging Face hub cache where a hub id in ``model.json`` (``"model": "org/name"``) is
+    looked up, offline, as vLLM loads it (``refs/<revision>`` → ``snapshots/<commit>``; honours
+    ``"revision"``/``"tokenizer_revision"``). Default: where ``huggingface_hub`` puts it
+    (``HF_HUB_CACHE``, else ``HF_HOME``/hub, else ``~/.cache/huggingface/hub``). With a remote
+    Triton, mount Triton's cache here."""
+
+    model_files: dict[str, ModelFiles] = Field(default_factory=dict)
+    """Per-model tokenizer, chat template and context length, a JSON object keyed by Triton model
+    name, for what the repository cannot tell, e.g. ``{"my-model": {"tokenizer": "/weights/tok",
+    "chat_template": "/etc/gateway/chat.jinja", "max_model_len": 4096}}``. Each key wins over
+    ``model.json``; works for models in no readable repository too."""
 
     triton_log_file: Path | None = None
     """Embedded mode: where tritonserver's log goes (default: a temporary file, path logged)."""

@@ -181,6 +181,38 @@ def make_stub_python(directory: Path) -> Path:
     return bin_dir
 
 
+NUMPY_PROBE = "import numpy, sys; sys.stdout.write(numpy.__version__ + ' ' + numpy.__file__)"
+
+
+def check_stub_numpy(stub_bin: Path) -> None:
+    """Refuse to start stubs that would run numpy 2.
+
+    Triton 2.51's stub was built against numpy 1: under numpy 2 it hands the Python backend a
+    BYTES input whose bytes are all lost (measured: a 25-byte ``text_input`` arrives as 25 copies
+    of its length byte), the stub dies in ``deserialize_bytes_tensor`` and every request gets
+    "Stub process ... is not healthy". Nothing on the Python side can recover the bytes, so the
+    only fix is numpy < 2; saying so at launch beats that message on the first request. The probe
+    runs the stubs' own interpreter, isolated as they are, so it sees the numpy they would import.
+    """
+    try:
+        probe = subprocess.run(  # noqa: S603 - our interpreter, a fixed script
+            [str(stub_bin / "python3"), "-I", "-c", NUMPY_PROBE], capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        logger.warning("could not check the backend stubs' numpy: %s", exc)
+        return
+    if probe.returncode != 0:
+        return  # no numpy: the python backend says so itself when a model loads
+    version, _, where = probe.stdout.partition(" ")
+    major = version.split(".")[0]
+    if major.isdigit() and int(major) >= 2:
+        raise TritonLaunchError(
+            f"the Python-backend stubs would run numpy {version} ({where}), and Triton 2.51's stub loses "
+            "BYTES inputs with numpy 2 (every request would fail with 'Stub process ... is not healthy'). "
+            f"Install numpy 1 for {sys.executable}: pip install 'numpy<2'"
+        )
+
+
 def free_port() -> int:
     """A port the kernel just handed out; good enough for tests and a local default."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -200,6 +232,12 @@ class TritonServer:
     ready_timeout: float = 120.0
     extra_args: tuple[str, ...] = ()
     extra_env: dict[str, str] = field(default_factory=dict)
+    auto_complete_config: bool = True
+    """Let Triton fill in what a ``config.pbtxt`` leaves out (Triton's own default): the vLLM
+    backend declares its inputs and outputs this way. False passes ``--disable-auto-complete-config``."""
+    working_dir: Path | None = None
+    """tritonserver's working directory (default: this process's). vLLM resolves relative paths
+    in ``model.json`` against it."""
     _process: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
     _workdir: Path | None = field(default=None, init=False, repr=False)
     _log_handle: object | None = field(default=None, init=False, repr=False)
@@ -223,6 +261,11 @@ class TritonServer:
         shutil.copytree(install.python_backend, backends / "python", ignore=shutil.ignore_patterns("__pycache__"))
         shutil.copy2(install.stub, backends / "python" / "triton_python_backend_stub")
         stub_python = make_stub_python(self._workdir / "python")
+        try:
+            check_stub_numpy(stub_python)
+        except TritonLaunchError:
+            self._cleanup()
+            raise
         self.grpc_port = self.grpc_port or free_port()
         self.http_port = self.http_port or free_port()
         self.metrics_port = self.metrics_port or free_port()
@@ -236,7 +279,7 @@ class TritonServer:
             f"--grpc-port={self.grpc_port}",
             f"--http-port={self.http_port}",
             f"--metrics-port={self.metrics_port}",
-            "--disable-auto-complete-config",
+            *(() if self.auto_complete_config else ("--disable-auto-complete-config",)),
             "--exit-timeout-secs=5",
             "--log-verbose=0",
             *self.extra_args,
@@ -259,6 +302,7 @@ class TritonServer:
                 stdout=handle,
                 stderr=subprocess.STDOUT,
                 env=env,
+                cwd=self.working_dir,
                 start_new_session=True,
                 preexec_fn=_die_with_this_thread(),  # noqa: PLW1509 - only prctl and getppid run there
             )

@@ -3,7 +3,8 @@
 The list of models comes from Triton (repository index, refreshed on an interval), so a model
 loaded or unloaded there shows up here without a restart. What Triton cannot tell us (which
 tokenizer and chat template a model uses, which LoRA adapters it was loaded with, its context
-length) is read from the model repository's own files (``files.py``).
+length) is read from the model repository's own files (``files.py``), or from the per-model
+``model_files`` setting, which wins.
 """
 
 from __future__ import annotations
@@ -11,13 +12,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gateway.backend.types import Backend, BackendModel
+from gateway.config import ModelFiles
 from gateway.errors import GatewayError
-from gateway.models.files import LocalModelFiles, load_tokenizer, read_local_model_files
+from gateway.models.files import (
+    LocalModelFiles,
+    ModelFileSources,
+    load_tokenizer,
+    read_local_model_files,
+    resolve_tokenizer,
+)
 from gateway.models.templates import ChatTemplate
 
 logger = logging.getLogger(__name__)
@@ -46,14 +55,25 @@ class ModelCatalog:
     empty snapshot (start-up, or Triton never seen) is refreshed in line.
     """
 
-    def __init__(self, backend: Backend, repositories: list[Path], refresh_interval: float = 10.0) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        repositories: list[Path],
+        refresh_interval: float = 10.0,
+        *,
+        sources: ModelFileSources | None = None,
+        overrides: Mapping[str, ModelFiles] | None = None,
+    ) -> None:
         self._backend = backend
         self._repositories = repositories
         self._refresh_interval = refresh_interval
+        self._sources = sources or ModelFileSources()
+        self._overrides = dict(overrides or {})
         self._models: dict[str, ServedModel] = {}
         self._refreshed_at = float("-inf")
         self._lock = asyncio.Lock()
-        self._templates: dict[Path, ChatTemplate | None] = {}
+        self._templates: dict[tuple[Path | None, Path | None], ChatTemplate | None] = {}
+        self._unresolved: set[tuple[str, str]] = set()
         self._tokenizers: dict[Path, Any] = {}
         self._background: asyncio.Task[None] | None = None
 
@@ -97,18 +117,47 @@ class ModelCatalog:
     def _describe(self, model: BackendModel, previous: ServedModel | None) -> ServedModel:
         files = LocalModelFiles()
         for repository in self._repositories:  # Triton serves a name from one repository only
-            files = read_local_model_files(repository, model.name)
+            files = read_local_model_files(repository, model.name, self._sources)
             if files != LocalModelFiles():
                 break
-        template = self._template(files.tokenizer_dir) if files.tokenizer_dir else None
+        tokenizer_dir, template_file, max_model_len = files.tokenizer_dir, None, files.max_model_len
+        override = self._overrides.get(model.name)
+        if override is not None:
+            if override.tokenizer:
+                # The gateway's own setting: a relative path is relative to the gateway, not Triton.
+                here = ModelFileSources(working_dir=Path.cwd(), hub_cache=self._sources.hub_cache)
+                tokenizer_dir = resolve_tokenizer(override.tokenizer, None, here)
+                self._warn_unresolved(model.name, override.tokenizer, tokenizer_dir, "the model_files setting")
+            template_file = override.chat_template
+            max_model_len = override.max_model_len or max_model_len
+        if files.tokenizer_ref and (override is None or not override.tokenizer):
+            self._warn_unresolved(model.name, files.tokenizer_ref, tokenizer_dir, "model.json")
+        template = self._template(tokenizer_dir, template_file) if tokenizer_dir or template_file else None
         return ServedModel(
             name=model.name,
             adapters=files.adapters,
             template=template,
-            max_model_len=files.max_model_len,
-            tokenizer=self._tokenizer(files.tokenizer_dir) if files.tokenizer_dir else None,
+            max_model_len=max_model_len,
+            tokenizer=self._tokenizer(tokenizer_dir) if tokenizer_dir else None,
             inputs=model.inputs,
             created=previous.created if previous else int(time.time()),
+        )
+
+    def _warn_unresolved(self, name: str, ref: str, found: Path | None, where: str) -> None:
+        """Say once per model and name why the model has no tokenizer here (and, without a template
+        from ``model_files``, no chat template: a 400 on every chat request)."""
+        if found is not None or (name, ref) in self._unresolved:
+            return
+        self._unresolved.add((name, ref))
+        logger.warning(
+            "model %s: %s names the tokenizer %r, found neither as a folder (Triton's working directory %s, "
+            "or beside model.json) nor as a hub id in the cache %s; no tokenizer or chat template from it "
+            "(set GATEWAY_TRITON_WORKING_DIR, GATEWAY_HF_HUB_CACHE or GATEWAY_MODEL_FILES)",
+            name,
+            where,
+            ref,
+            self._sources.working_dir or "unknown",
+            self._sources.hub_cache,
         )
 
     def _tokenizer(self, directory: Path) -> Any:
@@ -116,7 +165,8 @@ class ModelCatalog:
             self._tokenizers[directory] = load_tokenizer(directory)
         return self._tokenizers[directory]
 
-    def _template(self, directory: Path) -> ChatTemplate | None:
-        if directory not in self._templates:
-            self._templates[directory] = ChatTemplate.from_directory(directory)
-        return self._templates[directory]
+    def _template(self, directory: Path | None, template_file: Path | None) -> ChatTemplate | None:
+        key = (directory, template_file)
+        if key not in self._templates:
+            self._templates[key] = ChatTemplate.from_directory(directory, template_file)
+        return self._templates[key]

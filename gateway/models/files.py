@@ -1,8 +1,15 @@
 """What a Triton model repository on disk says about a model: the files Triton's vLLM backend
-reads. ``<model>/<version>/model.json`` (``"model"``: the weights directory, ``"max_model_len"``)
-and ``<model>/<version>/multi_lora.json`` (adapter name → path). Relative paths there are
-resolved against the file's directory. Triton cannot tell the gateway any of this (tokenizer,
-chat template, adapters, context length), so it is read here.
+reads. ``<model>/<version>/model.json`` (``"tokenizer"``, else ``"model"``: the tokenizer's folder
+or hub id; ``"max_model_len"``) and ``<model>/<version>/multi_lora.json`` (adapter name → path).
+Triton cannot tell the gateway any of this (tokenizer, chat template, adapters, context length),
+so it is read here.
+
+The backend hands ``model.json``'s values to vLLM unchanged, and vLLM takes a name that is a
+directory *relative to its working directory* (tritonserver's: the stub inherits it) as a local
+model, and anything else as a hub id, which it loads from the Hugging Face cache. The gateway
+follows the same order (``ModelFileSources``), then falls back to the JSON file's own folder:
+that is how the project's reference model reads the same file, so its shipped repository can be
+mounted anywhere.
 """
 
 from __future__ import annotations
@@ -13,7 +20,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gateway.models.hub import is_repo_id, snapshot_dir
+
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ModelFileSources:
+    """Where the names in ``model.json`` lead, as seen from the backend."""
+
+    working_dir: Path | None = None
+    """tritonserver's working directory (relative paths in vLLM's hands), if known."""
+    hub_cache: Path | None = None
+    """The Hugging Face hub cache Triton's vLLM loads hub ids from, if it is readable here."""
 
 
 @dataclass(frozen=True)
@@ -23,6 +42,28 @@ class LocalModelFiles:
     tokenizer_dir: Path | None = None
     adapters: tuple[str, ...] = ()
     max_model_len: int | None = None
+    tokenizer_ref: str | None = None
+    """The tokenizer as ``model.json`` names it (a path or a hub id), found or not."""
+
+
+def resolve_tokenizer(
+    ref: str, revision: str | None, sources: ModelFileSources, json_dir: Path | None = None
+) -> Path | None:
+    """The folder ``ref`` (a path or a hub id) names, looked up where vLLM looks, in its order: an
+    absolute path; a path relative to Triton's working directory; a hub id in the cache at
+    ``revision``. Then, for the reference model's convention, a path relative to ``json_dir``."""
+    path = Path(ref)
+    if path.is_absolute():
+        return path if path.is_dir() else None
+    if sources.working_dir is not None and (sources.working_dir / path).is_dir():
+        return (sources.working_dir / path).resolve()
+    if sources.hub_cache is not None and is_repo_id(ref):
+        snapshot = snapshot_dir(sources.hub_cache, ref, revision)
+        if snapshot is not None:
+            return snapshot
+    if json_dir is not None and (json_dir / path).is_dir():
+        return (json_dir / path).resolve()
+    return None
 
 
 def _version_dirs(model_dir: Path) -> list[Path]:
@@ -39,8 +80,13 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def read_local_model_files(repository: Path, name: str) -> LocalModelFiles:
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def read_local_model_files(repository: Path, name: str, sources: ModelFileSources | None = None) -> LocalModelFiles:
     """Look up ``name`` in a Triton model repository on disk; empty if it is not there."""
+    sources = sources or ModelFileSources()
     model_dir = repository / name
     if not model_dir.is_dir():
         return LocalModelFiles()
@@ -49,16 +95,15 @@ def read_local_model_files(repository: Path, name: str) -> LocalModelFiles:
         loras = _read_json(version / "multi_lora.json") if (version / "multi_lora.json").is_file() else {}
         if not engine and not loras:
             continue
-        tokenizer_dir: Path | None = None
-        weights = engine.get("tokenizer") or engine.get("model")
-        if isinstance(weights, str):
-            candidate = (version / weights).resolve()
-            tokenizer_dir = candidate if candidate.is_dir() else None
+        # vLLM: the tokenizer defaults to the model, its revision to the model's revision.
+        ref = _text(engine.get("tokenizer")) or _text(engine.get("model"))
+        revision = _text(engine.get("tokenizer_revision")) or _text(engine.get("revision"))
         max_len = engine.get("max_model_len")
         return LocalModelFiles(
-            tokenizer_dir=tokenizer_dir,
+            tokenizer_dir=resolve_tokenizer(ref, revision, sources, version) if ref else None,
             adapters=tuple(sorted(str(k) for k in loras)),
-            max_model_len=int(max_len) if isinstance(max_len, int) else None,
+            max_model_len=max_len if isinstance(max_len, int) and not isinstance(max_len, bool) else None,
+            tokenizer_ref=ref,
         )
     return LocalModelFiles()
 

@@ -93,24 +93,26 @@ class ChatTemplate:
         self._special_tokens = dict(special_tokens or {})
 
     @classmethod
-    def from_directory(cls, directory: Path) -> ChatTemplate | None:
+    def from_directory(cls, directory: Path | None, template_file: Path | None = None) -> ChatTemplate | None:
         """Read a Hugging Face tokenizer directory: ``chat_template.jinja`` (transformers 5) or
-        ``tokenizer_config.json``'s ``chat_template`` (older saves). None if it has neither."""
+        ``tokenizer_config.json``'s ``chat_template`` (older saves). None if it has neither.
+        ``template_file`` (a per-model override) replaces the directory's template; the special
+        tokens still come from the directory, when there is one."""
         config: dict[str, Any] = {}
-        config_path = directory / "tokenizer_config.json"
-        if config_path.is_file():
+        config_path = directory / "tokenizer_config.json" if directory is not None else None
+        if config_path is not None and config_path.is_file():
             config = json.loads(config_path.read_text(encoding="utf-8"))
         source: str | None = None
-        jinja_path = directory / "chat_template.jinja"
-        if jinja_path.is_file():
+        jinja_path = template_file or (directory / "chat_template.jinja" if directory is not None else None)
+        if jinja_path is not None and jinja_path.is_file():
             source = jinja_path.read_text(encoding="utf-8")
-        else:
+        elif template_file is None:
             source = _template_from_config(config.get("chat_template"))
         if source is None:
             return None
         tokens: dict[str, Any] = {}
-        map_path = directory / "special_tokens_map.json"
-        if map_path.is_file():
+        map_path = directory / "special_tokens_map.json" if directory is not None else None
+        if map_path is not None and map_path.is_file():
             tokens.update(json.loads(map_path.read_text(encoding="utf-8")))
         tokens.update({k: config[k] for k in _SPECIAL_TOKEN_KEYS if config.get(k) is not None})
         special = {k: _token_text(tokens.get(k)) for k in _SPECIAL_TOKEN_KEYS if _token_text(tokens.get(k))}

@@ -13,9 +13,7 @@ import os
 import signal
 import subprocess
 import sys
-import sysconfig
 import time
-import venv
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,86 +42,36 @@ ENGINE_ARGS: dict[str, object] = {
     "seed": 0,
 }
 
-# The inputs and outputs the backend's auto_complete_config would declare. They are written out
-# because TritonServer always runs tritonserver with --disable-auto-complete-config (and a later
-# --strict-model-config=false does not undo it in Triton 2.51).
-_INPUTS = [
-    ("text_input", "TYPE_STRING", "[1]", False),
-    ("image", "TYPE_STRING", "[-1]", True),
-    ("stream", "TYPE_BOOL", "[1]", True),
-    ("sampling_parameters", "TYPE_STRING", "[1]", True),
-    ("exclude_input_in_output", "TYPE_BOOL", "[1]", True),
-    ("return_finish_reason", "TYPE_BOOL", "[1]", True),
-    ("return_cumulative_logprob", "TYPE_BOOL", "[1]", True),
-    ("return_logprobs", "TYPE_BOOL", "[1]", True),
-    ("return_num_input_tokens", "TYPE_BOOL", "[1]", True),
-    ("return_num_output_tokens", "TYPE_BOOL", "[1]", True),
-    ("embedding_request", "TYPE_STRING", "[1]", True),
-]
-_OUTPUTS = [
-    ("text_output", "TYPE_STRING", "[-1]"),
-    ("finish_reason", "TYPE_STRING", "[-1]"),
-    ("cumulative_logprob", "TYPE_FP32", "[-1]"),
-    ("logprobs", "TYPE_STRING", "[-1]"),
-    ("num_input_tokens", "TYPE_UINT32", "[1]"),
-    ("num_output_tokens", "TYPE_UINT32", "[-1]"),
-]
+# What NVIDIA's vLLM container repositories say, with the python backend in place of "vllm" (the
+# backend's model.py sits in the version folder). No inputs, outputs or batch size: the backend's
+# auto_complete_config declares them, and TritonServer lets Triton auto-complete by default.
 CONFIG_PBTXT = (
     'backend: "python"\n'
-    "max_batch_size: 0\n"
     "model_transaction_policy { decoupled: true }\n"
     "instance_group [ { count: 1, kind: KIND_MODEL } ]\n"
-    + "".join(
-        f'input {{ name: "{n}" data_type: {t} dims: {d} optional: {str(o).lower()} }}\n' for n, t, d, o in _INPUTS
-    )
-    + "".join(f'output {{ name: "{n}" data_type: {t} dims: {d} }}\n' for n, t, d in _OUTPUTS)
 )
 
-# Triton 2.51's python stub runs an isolated interpreter (no PYTHONPATH, no user site) that
-# starts with LC_CTYPE=C, and importing vLLM (torch inductor) then dies on a non-ASCII file. The
-# stub finds its prefix through `python3` on PATH, so the lane points PATH at a throwaway venv
-# whose site-packages holds this sitecustomize and a .pth to the lane venv's packages.
-SITECUSTOMIZE = """\
-import locale
 
-try:
-    locale.setlocale(locale.LC_CTYPE, "C.UTF-8")
-except locale.Error:
-    pass
-"""
-
-
-def build_repository(where: Path) -> Path:
-    """A Triton model repository serving the shipped tiny-llm through the real vLLM backend."""
+def build_repository(where: Path, model: str = str(WEIGHTS), adapters: dict[str, Path] | None = ADAPTERS) -> Path:
+    """A Triton model repository serving the shipped tiny-llm through the real vLLM backend.
+    ``model`` is what ``model.json`` names (a folder or a hub id); no ``adapters``: no LoRA."""
     version = where / MODEL / "1"
     version.mkdir(parents=True)
     (where / MODEL / "config.pbtxt").write_text(CONFIG_PBTXT)
     (version / "model.py").symlink_to(PEER / "model.py")
     (version / "utils").symlink_to(PEER / "utils", target_is_directory=True)
     # Absolute paths: vLLM resolves relative ones against its working directory.
-    engine = {"model": str(WEIGHTS), **ENGINE_ARGS}
+    engine = {"model": model, **ENGINE_ARGS, "enable_lora": adapters is not None}
     (version / "model.json").write_text(json.dumps(engine, indent=2))
-    (version / "multi_lora.json").write_text(json.dumps({k: str(v) for k, v in ADAPTERS.items()}, indent=2))
+    if adapters is not None:
+        (version / "multi_lora.json").write_text(json.dumps({k: str(v) for k, v in adapters.items()}, indent=2))
     return where
 
 
-def _stub_environment(where: Path) -> Path:
-    """The throwaway venv the stub runs in (see SITECUSTOMIZE); returns its bin directory."""
-    venv.EnvBuilder(with_pip=False, symlinks=True).create(where)
-    purelib = Path(sysconfig.get_paths(vars={"base": str(where), "platbase": str(where)})["purelib"])
-    (purelib / "sitecustomize.py").write_text(SITECUSTOMIZE)
-    (purelib / "vllm-lane.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    return where / "bin"
-
-
 def start_triton(repository: Path, workdir: Path) -> TritonServer:
-    """tritonserver with the lane's stub fixes; the caller stops it."""
-    stub_bin = _stub_environment(workdir / "stub-venv")
+    """tritonserver as the embedded mode starts it (UTF-8 stubs, auto-complete); the caller stops it."""
     server = TritonServer(
-        repository,
-        log_file=workdir / "tritonserver.log",
-        ready_timeout=300.0,
-        extra_env={**ENGINE_ENV, "PATH": os.pathsep.join((str(stub_bin), os.environ.get("PATH", "")))},
+        repository, log_file=workdir / "tritonserver.log", ready_timeout=300.0, extra_env=dict(ENGINE_ENV)
     )
     return server.start()
 
@@ -195,6 +143,13 @@ def spawn_vllm(log: Path) -> Server:
         *flags, "--lora-modules", *loras,
     ]  # fmt: skip
     return _spawn("vllm", command, log, ENGINE_ENV)
+
+
+def spawn_embedded_gateway(repository: Path, log: Path, env: dict[str, str]) -> Server:
+    """``python -m gateway --embedded``, exactly as a user runs it (not waited for)."""
+    command = [sys.executable, "-m", "gateway", "--embedded", "--model-repository", str(repository)]
+    command += ["--triton-log-file", str(log.with_name("tritonserver-embedded.log")), "--log-level", "info"]
+    return _spawn("embedded gateway", command, log, {**ENGINE_ENV, **env})
 
 
 def spawn_gateway(triton_url: str, repository: Path, log: Path) -> Server:
