@@ -35,6 +35,8 @@ class ServedModel:
     """A ``tokenizers.Tokenizer`` for counting prompt tokens, when the model's files have one."""
     inputs: frozenset[str] = frozenset()
     """The input tensors Triton says the model takes (they pick the backend contract)."""
+    backend: str = ""
+    """Triton's ``backend`` (else ``platform``) in the model's config: ``vllm``, ``python``, ``ensemble``."""
     created: int = field(default_factory=lambda: int(time.time()))
 
 
@@ -108,6 +110,7 @@ class ModelCatalog:
             max_model_len=files.max_model_len,
             tokenizer=self._tokenizer(files.tokenizer_dir) if files.tokenizer_dir else None,
             inputs=model.inputs,
+            backend=model.platform,
             created=previous.created if previous else int(time.time()),
         )
 

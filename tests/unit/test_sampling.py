@@ -454,6 +454,8 @@ def test_prompt_and_max_tokens_caps() -> None:
         ("top_logprobs", 21),
         ("ignore_eos", "maybe"),
         ("seed", 1.5),
+        ("seed", 2**63),  # int64, as vLLM's server (a larger one used to fail the JSON encoding: a 500)
+        ("seed", -(2**63) - 1),
     ],
 )
 def test_out_of_range_values_are_refused_by_the_schema(field: str, value: Any) -> None:
