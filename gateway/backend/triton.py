@@ -85,7 +85,10 @@ def _unavailable(match: re.Match[str], message: str) -> GatewayError:
 
 
 _ERROR_PATTERNS: tuple[tuple[re.Pattern[str], _Classify], ...] = (
-    (re.compile(r"structured output|guided decoding", re.I), _typed(InvalidRequestError, "response_format")),
+    (
+        re.compile(r"structured output|guided decoding|Grammar error", re.I),
+        _typed(InvalidRequestError, "response_format"),
+    ),
     (re.compile(r"LoRA .* is not supported|LoRA feature is not enabled"), _typed(ModelNotFoundError, "model")),
     (
         re.compile(r"prompt \(length \d+\).* longer than the maximum model length|maximum context length is \d+"),

@@ -58,6 +58,7 @@ VLLM_TOO_MANY_LOGPROBS = (  # logprobs 50, max_logprobs 20
     "Error generating stream: Requested sample logprobs of 50, which is greater than max allowed: 20 "
     "(parameter=logprobs, value=50)"
 )
+VLLM_BAD_SCHEMA = "Error generating stream: Grammar error: Invalid type: nonsense"  # json_schema {"type": "nonsense"}
 VLLM_UNKNOWN_ADAPTER = "LoRA gamma is not supported, we currently support ['alpha', 'beta']"  # lora_name gamma
 # From the backend's and vLLM's code, not recorded: vLLM's input-processor check on a prompt over
 # the context (the renderer's check above comes first), LoRA asked of a model loaded without it, and
@@ -94,6 +95,7 @@ CLIENT_ERRORS = [
     (VLLM_PROMPT_FILLS_CONTEXT, ContextLengthExceededError, "messages"),
     (VLLM_PROMPT_OVER_CONTEXT, ContextLengthExceededError, "messages"),
     (VLLM_TOO_MANY_LOGPROBS, InvalidRequestError, "logprobs"),
+    (VLLM_BAD_SCHEMA, InvalidRequestError, "response_format"),
     (VLLM_STOP_TOKEN_OUT_OF_VOCAB, InvalidRequestError, "stop_token_ids"),
     (VLLM_STOP_TOKEN_NEGATIVE, InvalidRequestError, "stop_token_ids"),
     (

@@ -231,9 +231,10 @@ def test_json_schema(gw: openai.OpenAI, vl: openai.OpenAI) -> None:
         ({"top_logprobs": 30, "logprobs": True}, 400),
         ({"messages": []}, 400),
         ({"max_tokens": 5000}, 400),
+        ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nonsense"}}}}, 400),
     ],
     ids=["unknown-model", "negative-temperature", "top-p-zero", "top-p-above-one", "max-tokens-zero",
-         "too-many-top-logprobs", "no-messages", "max-tokens-over-context"],
+         "too-many-top-logprobs", "no-messages", "max-tokens-over-context", "json-schema-vllm-cannot-compile"],
 )  # fmt: skip
 def test_chat_client_errors_have_vllms_status(gw: openai.OpenAI, vl: openai.OpenAI, body: dict, status: int) -> None:
     request = {"model": "tiny-llm", "messages": messages("hi"), "max_tokens": 4, **body}
