@@ -24,13 +24,18 @@ ENV_PREFIX = "GATEWAY_"
 
 
 class ModelLimits(BaseModel):
-    """Per-model overrides of the admission and ``max_tokens`` limits (unset: the global value)."""
+    """Per-model overrides of the admission and ``max_tokens`` limits (unset: the global value),
+    and of what the gateway assumes the model's backend can take."""
 
     model_config = ConfigDict(extra="forbid")
 
     max_concurrent_requests: int | None = Field(default=None, ge=0)
     max_queue_size: int | None = Field(default=None, ge=0)
     max_tokens_limit: int | None = Field(default=None, ge=1)
+    logit_bias: bool | None = None
+    """Whether the model can take ``logit_bias`` (false: 400 naming the field). Unset: not when
+    Triton's config says ``backend: "vllm"`` (that backend hands vLLM the JSON's string keys), yes
+    otherwise. Set false for a copy of the vLLM backend's ``model.py`` run as ``backend: "python"``."""
 
 
 class ModelFiles(BaseModel):
@@ -143,7 +148,8 @@ class Settings(BaseSettings):
 
     model_limits: dict[str, ModelLimits] = Field(default_factory=dict)
     """Per-model overrides, a JSON object keyed by Triton model name, e.g.
-    ``{"llama": {"max_concurrent_requests": 64, "max_queue_size": 256, "max_tokens_limit": 4096}}``."""
+    ``{"llama": {"max_concurrent_requests": 64, "max_queue_size": 256, "max_tokens_limit": 4096}}``;
+    also ``logit_bias`` (true/false) where the model's Triton backend says nothing reliable."""
 
     shutdown_grace_period: float = Field(default=30.0, ge=0.0)
     """On SIGTERM: seconds in-flight requests get to finish (new ones get 503) before they are

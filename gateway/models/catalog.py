@@ -44,6 +44,8 @@ class ServedModel:
     """A ``tokenizers.Tokenizer`` for counting prompt tokens, when the model's files have one."""
     inputs: frozenset[str] = frozenset()
     """The input tensors Triton says the model takes (they pick the backend contract)."""
+    backend: str = ""
+    """Triton's ``backend`` (else ``platform``) in the model's config: ``vllm``, ``python``, ``ensemble``."""
     created: int = field(default_factory=lambda: int(time.time()))
 
 
@@ -140,6 +142,7 @@ class ModelCatalog:
             max_model_len=max_model_len,
             tokenizer=self._tokenizer(tokenizer_dir) if tokenizer_dir else None,
             inputs=model.inputs,
+            backend=model.platform,
             created=previous.created if previous else int(time.time()),
         )
 

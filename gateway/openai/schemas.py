@@ -68,7 +68,7 @@ class SamplingFields(BaseModel):
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     logit_bias: dict[str, float] | None = None
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)  # int64, as vLLM's server
     user: str | None = None
     # vLLM extensions (sent by clients through extra_body)
     top_k: int | None = Field(default=None, ge=-1)

@@ -11,10 +11,11 @@ from gateway.openai.schemas import CompletionRequest
 
 
 def completion_prompts(request: CompletionRequest) -> list[str]:
+    """The text prompts. An empty one is refused as vLLM refuses it: there is nothing to continue."""
     prompt = request.prompt
     if isinstance(prompt, str):
-        return [prompt]
-    if not prompt:
+        prompt = [prompt]
+    if not prompt or any(p == "" for p in prompt):
         raise InvalidRequestError("'prompt' must not be empty", param="prompt")
     if all(isinstance(p, str) for p in prompt):
         return [str(p) for p in prompt]

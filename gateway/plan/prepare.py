@@ -21,6 +21,7 @@ from gateway.plan.chat import chat_max_tokens, render_chat_prompt
 from gateway.plan.completions import check_completion_options, completion_prompts
 from gateway.plan.limits import check_chat_limits, check_sampling_limits
 from gateway.plan.sampling import stop_list, to_generation_requests
+from gateway.plan.validate import check_request
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,8 +126,11 @@ async def prepare_chat(
 ) -> GenerationPlan:
     check_chat_limits(body, max_n=settings.max_n, max_messages=settings.max_messages)
     resolved = resolve_model(body.model, await catalog.models(), settings.lora_separator)
+    check_request(body, resolved.model, settings)
     prompt = render_chat_prompt(body, resolved)
-    max_tokens, prompt_tokens = token_budget(chat_max_tokens(body), resolved.model, prompt, settings)
+    max_tokens, prompt_tokens = token_budget(
+        chat_max_tokens(body), resolved.model, prompt, settings, min_tokens=body.min_tokens, param="messages"
+    )
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
     requests = to_generation_requests(
         body,
@@ -147,9 +151,12 @@ async def prepare_completion(
     check_completion_options(body)
     prompts = completion_prompts(body)
     resolved = resolve_model(body.model, await catalog.models(), settings.lora_separator)
+    check_request(body, resolved.model, settings)
     requests, budgets, counts = [], [], []
     for position, prompt in enumerate(prompts):
-        max_tokens, prompt_tokens = token_budget(body.max_tokens, resolved.model, prompt, settings)
+        max_tokens, prompt_tokens = token_budget(
+            body.max_tokens, resolved.model, prompt, settings, min_tokens=body.min_tokens
+        )
         budgets.append(max_tokens)
         counts.append(prompt_tokens)
         requests.extend(

@@ -12,12 +12,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gateway.backend.types import GenerationRequest
-from gateway.errors import ContextLengthExceededError, InvalidRequestError
+from gateway.errors import ContextLengthExceededError
 from gateway.models.resolve import ResolvedModel
 from gateway.openai.schemas import ChatCompletionRequest, SamplingFields
-
-GREEDY_BELOW = 1e-5
-"""A temperature under this is greedy decoding for vLLM (its ``_SAMPLING_EPS``)."""
 
 # request field → SamplingParams field, copied when set (not None).
 _PASS_THROUGH = (
@@ -138,9 +135,6 @@ def to_generation_requests(
     not streaming, sends only the last one, so choices land at the wrong index or are lost; and a
     TensorRT-LLM ensemble generates one sequence per request anyway. n requests give every backend
     the same choices vLLM's own server gives."""
-    if request.n > 1 and request.temperature is not None and request.temperature < GREEDY_BELOW:
-        # vLLM refuses it too: n copies of one greedy answer is surely not what the client meant.
-        raise InvalidRequestError(f"n must be 1 when using greedy sampling, got {request.n}.", param="n")
     params = to_sampling_params(request, max_tokens=max_tokens, adapter=resolved.adapter, logprobs=logprobs)
     return [
         GenerationRequest(

@@ -277,3 +277,34 @@ def test_completions_unsupported_options_are_400(client: openai.OpenAI, extra: d
     with pytest.raises(openai.BadRequestError) as info:
         client.completions.create(**args)  # type: ignore[call-overload]
     assert info.value.body["param"] == param  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"prompt": ""}, "prompt"),
+        ({"max_tokens": 3, "extra_body": {"min_tokens": 5}}, "min_tokens"),
+        ({"extra_body": {"stop_token_ids": [99999]}}, "stop_token_ids"),
+        ({"extra_body": {"stop_token_ids": [-1]}}, "stop_token_ids"),
+        ({"n": 2, "temperature": 0}, "n"),
+        ({"logit_bias": {"99999": 5}}, "logit_bias"),
+    ],
+    ids=["empty-prompt", "min-tokens-over-max-tokens", "stop-token-id-out-of-vocab", "stop-token-id-negative",
+         "n-with-greedy", "logit-bias-out-of-vocab"],
+)  # fmt: skip
+def test_what_vllm_refuses_is_a_400_naming_the_field(
+    client: openai.OpenAI, extra: dict[str, object], param: str
+) -> None:
+    # The same requests as tests/vllm_lane's: vLLM's server answers them 400.
+    args: dict[str, object] = {"model": MODEL, "prompt": "hello", "max_tokens": 3, **extra}
+    with pytest.raises(openai.BadRequestError) as info:
+        client.completions.create(**args)  # type: ignore[call-overload]
+    assert info.value.body["param"] == param  # type: ignore[index]
+
+
+def test_tool_choice_naming_a_function_without_tools_is_400(client: openai.OpenAI) -> None:
+    choice = {"type": "function", "function": {"name": "get_weather"}}
+    with pytest.raises(openai.BadRequestError) as info:
+        chat(client, tool_choice=choice)
+    assert info.value.body["param"] == "tool_choice"  # type: ignore[index]
+    assert "`tools` must be set" in info.value.message

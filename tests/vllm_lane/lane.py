@@ -157,4 +157,6 @@ def spawn_gateway(triton_url: str, repository: Path, log: Path) -> Server:
         sys.executable, "-m", "gateway", "--triton-url", triton_url, "--model-repository", str(repository),
         "--log-level", "info",
     ]  # fmt: skip
-    return _spawn("gateway", command, log, {})
+    # The backend here is a "python" model (its model.py is the vLLM backend's), which the gateway
+    # cannot tell from a model that takes logit_bias: say it (docs/API.md, logit_bias).
+    return _spawn("gateway", command, log, {"GATEWAY_MODEL_LIMITS": json.dumps({MODEL: {"logit_bias": False}})})

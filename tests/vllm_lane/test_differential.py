@@ -246,9 +246,10 @@ def test_json_schema(gw: openai.OpenAI, vl: openai.OpenAI) -> None:
         ({"top_logprobs": 30, "logprobs": True}, 400),
         ({"messages": []}, 400),
         ({"max_tokens": 5000}, 400),
+        ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nonsense"}}}}, 400),
     ],
     ids=["unknown-model", "negative-temperature", "top-p-zero", "top-p-above-one", "max-tokens-zero",
-         "too-many-top-logprobs", "no-messages", "max-tokens-over-context"],
+         "too-many-top-logprobs", "no-messages", "max-tokens-over-context", "json-schema-vllm-cannot-compile"],
 )  # fmt: skip
 def test_chat_client_errors_have_vllms_status(gw: openai.OpenAI, vl: openai.OpenAI, body: dict, status: int) -> None:
     request = {"model": "tiny-llm", "messages": messages("hi"), "max_tokens": 4, **body}
@@ -265,3 +266,62 @@ def test_prompt_over_context_is_400_on_both(gw: openai.OpenAI, vl: openai.OpenAI
     request = {"model": "tiny-llm", "prompt": "hello " * 3000, "max_tokens": 5}
     assert status_of(lambda: gw.completions.create(**request)) == 400
     assert status_of(lambda: vl.completions.create(**request)) == 400
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"prompt": ""}, "prompt"),
+        ({"max_tokens": 3, "extra_body": {"min_tokens": 5}}, "min_tokens"),
+        ({"extra_body": {"stop_token_ids": [99999]}}, "stop_token_ids"),
+        ({"extra_body": {"stop_token_ids": [-1]}}, "stop_token_ids"),
+        ({"n": 2, "temperature": 0}, "n"),
+        ({"logit_bias": {"99999": 5}}, "logit_bias"),
+        ({"seed": 2**63}, "seed"),
+    ],
+    ids=["empty-prompt", "min-tokens-over-max-tokens", "stop-token-id-out-of-vocab", "stop-token-id-negative",
+         "n-with-greedy", "logit-bias-out-of-vocab", "seed-over-int64"],
+)  # fmt: skip
+def test_requests_vllm_refuses_are_400_on_both(gw: openai.OpenAI, vl: openai.OpenAI, body: dict, param: str) -> None:
+    # Through the backend most of these were 500s: TritonSamplingParams.from_dict logs vLLM's
+    # validation error and returns None, and the request dies on None.lora_name. The gateway
+    # refuses them first, and names the field even where vLLM's server does not (min_tokens, n).
+    request = {"model": "tiny-llm", "prompt": "hello", "max_tokens": 3, **body}
+    assert status_of(lambda: vl.completions.create(**request)) == 400
+    with pytest.raises(openai.BadRequestError) as info:
+        gw.completions.create(**request)
+    assert info.value.body["param"] == param  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"tool_choice": {"type": "function", "function": {"name": "get_weather"}}},
+        {"tool_choice": "required"},
+        {
+            "tools": [{"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}],
+            "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+        },
+    ],
+    ids=["named-without-tools", "required-without-tools", "named-not-in-tools"],
+)
+def test_tool_choice_inconsistent_with_tools_is_400_on_both(gw: openai.OpenAI, vl: openai.OpenAI, body: dict) -> None:
+    request = {"model": "tiny-llm", "messages": messages("hi"), "max_tokens": 3, **body}
+    assert status_of(lambda: vl.chat.completions.create(**request)) == 400
+    with pytest.raises(openai.BadRequestError) as info:
+        gw.chat.completions.create(**request)
+    assert info.value.body["param"] == "tool_choice"  # type: ignore[index]
+
+
+def test_logit_bias_is_refused_by_name_where_vllm_applies_it(gw: openai.OpenAI, vl: openai.OpenAI) -> None:
+    # Deliberately different (docs/API.md, logit_bias): Triton's vLLM backend hands vLLM the
+    # JSON's string keys, vLLM fails on them (a 500 with an empty message), and no encoding of the
+    # field survives the backend. The gateway refuses the field for this model (the lane's
+    # backend is a "python" model, so the lane tells the gateway: model_limits logit_bias false).
+    request = {"prompt": "hello", "max_tokens": 3, "temperature": 0}
+    biased = completion(vl, None, lambda _: "tiny-llm", logit_bias={"5": 100.0}, **request)
+    plain = completion(vl, None, lambda _: "tiny-llm", **request)
+    assert biased.texts != plain.texts  # vLLM's server applies the bias
+    with pytest.raises(openai.BadRequestError) as info:
+        gw.completions.create(model="tiny-llm", logit_bias={"5": 100.0}, **request)
+    assert info.value.body["param"] == "logit_bias"  # type: ignore[index]
