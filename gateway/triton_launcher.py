@@ -347,6 +347,10 @@ class TritonServer:
                 try:
                     os.killpg(process.pid, signal.SIGTERM)
                     process.wait(timeout=grace)
+                    # Triton unloads its models before it exits, so a stub still in its group now
+                    # is an orphan: one blocked in a model's initialize (a load cut short) does not
+                    # notice its parent is gone until initialize returns.
+                    _kill_group(process)
                 except subprocess.TimeoutExpired:
                     logger.warning("tritonserver ignored SIGTERM for %.0fs; killing it", grace)
                     _kill_group(process)
