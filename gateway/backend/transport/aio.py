@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 import grpc
 
-from gateway.backend.transport.base import CANCELLED, INTERNAL, UNAVAILABLE, CallError
+from gateway.backend.transport.base import CANCELLED, INTERNAL, UNAVAILABLE, BatchedCall, CallError
 
 T = TypeVar("T")
 
@@ -36,19 +36,16 @@ def _call_error(error: grpc.aio.AioRpcError) -> CallError:
     return CallError(code.value[0], error.details() or code.name)
 
 
-class AioStreamCall(Generic[T]):
+class AioStreamCall(BatchedCall[T]):
     """One call's parsed messages, handed out in batches: everything the reader task took off the
     call since the consumer last asked."""
 
-    __slots__ = ("_call", "_parse", "_items", "_waiter", "_error", "_done", "_task")
+    __slots__ = ("_call", "_parse", "_task")
 
     def __init__(self, call: grpc.aio.UnaryStreamCall, parse: Callable[[bytes], T]) -> None:
+        super().__init__()
         self._call = call
         self._parse = parse
-        self._items: list[T] = []
-        self._waiter: asyncio.Future[None] | None = None
-        self._error: BaseException | None = None
-        self._done = False
         self._task = asyncio.get_running_loop().create_task(self._read())
 
     async def _read(self) -> None:
@@ -79,20 +76,6 @@ class AioStreamCall(Generic[T]):
         else:
             self._finish(None)
 
-    def _finish(self, error: BaseException | None) -> None:
-        if self._done:
-            return
-        self._done = True
-        self._error = error
-        self._wake()
-
-    def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None:
-            self._waiter = None
-            if not waiter.done():
-                waiter.set_result(None)
-
     @property
     def reader(self) -> asyncio.Task[None]:
         return self._task
@@ -116,23 +99,6 @@ class AioStreamCall(Generic[T]):
     def _stop(self) -> None:
         self._call.cancel()
         self._task.cancel()
-
-    def __aiter__(self) -> AioStreamCall[T]:
-        return self
-
-    async def __anext__(self) -> list[T]:
-        while True:
-            items = self._items
-            if items:
-                self._items = []
-                return items
-            if self._done:
-                if self._error is not None:
-                    error, self._error = self._error, None
-                    raise error
-                raise StopAsyncIteration
-            waiter = self._waiter = asyncio.get_running_loop().create_future()
-            await waiter
 
 
 class AioTransport:

@@ -9,10 +9,12 @@ failures to typed errors in one place whatever carries the call.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
-from typing import Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 T = TypeVar("T")
+_Self = TypeVar("_Self", bound="BatchedCall[Any]")
 
 # gRPC status codes (https://grpc.github.io/grpc/core/md_doc_statuscodes.html) the backend maps.
 OK, CANCELLED, UNKNOWN, DEADLINE_EXCEEDED, INTERNAL, UNAVAILABLE = 0, 1, 2, 4, 13, 14
@@ -33,6 +35,56 @@ class CallError(Exception):
         self.code = code
         self.details = details
         self.retryable = retryable
+
+
+class BatchedCall(Generic[T]):
+    """What both transports' calls share: parsed messages wait in a list until the consumer asks,
+    and it takes them all at once. A client that reads slower than Triton produces so gets fewer,
+    larger batches instead of a queue of tiny ones (the coalescing the SSE writer relies on).
+    The transport side appends to ``_items`` and calls ``_wake``, then ``_finish`` once."""
+
+    __slots__ = ("_items", "_waiter", "_error", "_done")
+
+    def __init__(self) -> None:
+        self._items: list[T] = []
+        self._waiter: asyncio.Future[None] | None = None
+        self._error: BaseException | None = None
+        self._done = False
+
+    def _finish(self, error: BaseException | None) -> None:
+        if self._done:
+            return
+        self._done = True
+        self._error = error
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def _taken(self) -> None:
+        """The consumer took a batch (the h2 call gives the stream's flow-control window back)."""
+
+    def __aiter__(self: _Self) -> _Self:
+        return self
+
+    async def __anext__(self) -> list[T]:
+        while True:
+            items = self._items
+            if items:
+                self._items = []
+                self._taken()
+                return items
+            if self._done:
+                if self._error is not None:
+                    error, self._error = self._error, None
+                    raise error
+                raise StopAsyncIteration
+            waiter = self._waiter = asyncio.get_running_loop().create_future()
+            await waiter
 
 
 class StreamCall(Protocol[T]):

@@ -17,10 +17,9 @@ message larger than the window could never complete.
 
 from __future__ import annotations
 
-import asyncio
 import urllib.parse
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from gateway.backend.transport.base import (
     INTERNAL,
@@ -31,6 +30,7 @@ from gateway.backend.transport.base import (
     UNAVAILABLE,
     UNIMPLEMENTED,
     UNKNOWN,
+    BatchedCall,
     CallError,
 )
 
@@ -53,35 +53,29 @@ HTTP_TO_GRPC_STATUS = {
 (doc/http-grpc-status-mapping.md in grpc/grpc); any other status is UNKNOWN."""
 
 
-class StreamCall(Generic[T]):
-    """One call's parsed messages, handed out in batches: everything that arrived since the
-    consumer last asked. A client that reads slower than Triton produces so gets fewer, larger
-    batches instead of a queue of tiny ones (the coalescing the SSE writer relies on)."""
+class StreamCall(BatchedCall[T]):
+    """One call on a ``GrpcConnection``: DATA payloads in, parsed messages out in batches
+    (``BatchedCall``), its stream's receive window given back as the consumer takes them."""
 
     __slots__ = (
         "stream_id",
         "_connection",
         "_parse",
         "_max",
-        "_items",
-        "_waiter",
         "_parts",
         "_head",
         "_need",
         "_held",
         "_unacked",
         "_status",
-        "_error",
-        "_done",
     )
 
     def __init__(self, connection: GrpcConnection, parse: Callable[[bytes], T], max_message_bytes: int) -> None:
+        super().__init__()
         self.stream_id = 0
         self._connection = connection
         self._parse = parse
         self._max = max_message_bytes
-        self._items: list[T] = []
-        self._waiter: asyncio.Future[None] | None = None
         self._parts: list[bytes | memoryview] | None = None
         """The pieces of a message still arriving (None when there is none; see ``_gather``)."""
         self._head = b""
@@ -91,8 +85,6 @@ class StreamCall(Generic[T]):
         self._unacked = 0
         """Bytes taken (or not holdable) but not yet given back in a stream WINDOW_UPDATE."""
         self._status: int | None = None
-        self._error: BaseException | None = None
-        self._done = False
 
     # -- the connection's side ----------------------------------------------------------------
 
@@ -204,20 +196,6 @@ class StreamCall(Generic[T]):
         else:
             self._finish(self._error)
 
-    def _finish(self, error: BaseException | None) -> None:
-        if self._done:
-            return
-        self._done = True
-        self._error = error
-        self._wake()
-
-    def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None:
-            self._waiter = None
-            if not waiter.done():
-                waiter.set_result(None)
-
     # -- the consumer's side ------------------------------------------------------------------
 
     def abort(self, error: BaseException) -> None:
@@ -233,23 +211,8 @@ class StreamCall(Generic[T]):
         self._items.clear()
         self._connection.cancel(self)
 
-    def __aiter__(self) -> StreamCall[T]:
-        return self
-
-    async def __anext__(self) -> list[T]:
-        while True:
-            items = self._items
-            if items:
-                self._items = []
-                held = self._held
-                if held:
-                    self._held = 0
-                    self._connection._release(self, held)
-                return items
-            if self._done:
-                if self._error is not None:
-                    error, self._error = self._error, None
-                    raise error
-                raise StopAsyncIteration
-            waiter = self._waiter = self._connection.loop.create_future()
-            await waiter
+    def _taken(self) -> None:
+        held = self._held
+        if held:
+            self._held = 0
+            self._connection._release(self, held)
