@@ -30,27 +30,14 @@ GREEDY_BELOW = 1e-5
 
 def check_request(body: SamplingFields, model: ServedModel, settings: Settings) -> None:
     """Every check here but the prompt's (``budget.py`` makes those, per prompt)."""
-    check_sampling(body)
-    check_for_model(body, model, settings)
-
-
-def check_sampling(body: SamplingFields) -> None:
-    """The request-only checks: they need no model."""
     if body.n > 1 and body.temperature is not None and body.temperature < GREEDY_BELOW:
         # Greedy sequences would all be the same one.
         raise InvalidRequestError(f"n must be 1 when using greedy sampling, got {body.n}.", param="n")
+    vocab = model.tokenizer.get_vocab_size() if model.tokenizer is not None else None
     for name, ids in (("stop_token_ids", body.stop_token_ids or ()), ("logit_bias", _bias_ids(body))):
-        _check_ids(name, ids, None)
+        _check_ids(name, ids, vocab)
     if isinstance(body, ChatCompletionRequest):
         check_tool_choice(body)
-
-
-def check_for_model(body: SamplingFields, model: ServedModel, settings: Settings) -> None:
-    """The checks that need the served model: its vocabulary and its backend."""
-    vocab = model.tokenizer.get_vocab_size() if model.tokenizer is not None else None
-    if vocab is not None:
-        _check_ids("stop_token_ids", body.stop_token_ids or (), vocab)
-        _check_ids("logit_bias", _bias_ids(body), vocab)
     if body.logit_bias and not carries_logit_bias(model, settings):
         raise InvalidRequestError(
             f"'logit_bias' is not supported by the model '{model.name}': Triton's vLLM backend hands vLLM "
@@ -78,10 +65,19 @@ def _bias_ids(body: SamplingFields) -> list[int]:
 
 
 def _check_ids(name: str, ids: Iterable[int], vocab: int | None) -> None:
-    bad = [i for i in ids if i < 0 or (vocab is not None and i >= vocab)]
-    if bad:
-        size = f"Vocabulary size: {vocab}" if vocab is not None else "Token ids cannot be negative"
-        raise InvalidRequestError(f"token_id(s) {bad} in {name} contain out-of-vocab token ids. {size}", param=name)
+    """Negative ids first (refused whatever the model), then ids past the vocabulary when it is known."""
+    ids = list(ids)
+    negative = [i for i in ids if i < 0]
+    if negative:
+        raise InvalidRequestError(
+            f"token_id(s) {negative} in {name} contain out-of-vocab token ids. Token ids cannot be negative",
+            param=name,
+        )
+    past = [i for i in ids if vocab is not None and i >= vocab]
+    if past:
+        raise InvalidRequestError(
+            f"token_id(s) {past} in {name} contain out-of-vocab token ids. Vocabulary size: {vocab}", param=name
+        )
 
 
 def check_tool_choice(body: ChatCompletionRequest) -> None:
