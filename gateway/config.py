@@ -118,8 +118,8 @@ class Settings(BaseSettings):
 
     routing_load_factor: float = Field(default=1.25, ge=1.0)
     """Bounded load: a replica takes a keyed request only while its in-flight count is under this
-    factor times the average (plus one); beyond it the key spills to its next replica, so one hot
-    conversation or system prompt cannot overload one Triton."""
+    factor times the average (counting the new request) or under 4; beyond it the key spills to
+    its next replica, so one hot conversation or system prompt cannot overload one Triton."""
 
     embedded: bool = False
     """Start a local tritonserver (from the nvidia-pytriton wheel) against ``model_repository``

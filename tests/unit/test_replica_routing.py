@@ -77,8 +77,12 @@ def test_bounded_load_spills_a_hot_key_to_its_next_member() -> None:
     preference = list(ring.preference("hot"))
     home, second = preference[0], preference[1]
     assert bounded_choice(preference, members, lambda m: m.in_flight, 1.25) == (home, True)
-    home.in_flight = 4  # bound = ceil(1.25 * 5 / 3) = 3
+    home.in_flight = 3  # under MIN_BOUND: a light load never spills
+    assert bounded_choice(preference, members, lambda m: m.in_flight, 1.25) == (home, True)
+    home.in_flight = 8  # bound = max(4, ceil(1.25 * 9 / 3) = 4)
     assert bounded_choice(preference, members, lambda m: m.in_flight, 1.25) == (second, False)
+    second.in_flight = 7  # bound = ceil(1.25 * 16 / 3) = 7: the third is the first under it
+    assert bounded_choice(preference, members, lambda m: m.in_flight, 1.25) == (preference[2], False)
 
 
 def test_bounded_load_takes_an_idle_home_even_with_a_factor_of_one() -> None:

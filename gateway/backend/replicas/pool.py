@@ -47,6 +47,10 @@ HEALTH_INTERVAL = 5.0
 """Seconds between readiness probes of a replica in rotation."""
 
 
+def _backoff(failures: int) -> float:
+    return min(EJECT_MAX, EJECT_BASE * 2 ** (failures - 1)) * random.uniform(0.8, 1.2)
+
+
 class RoutingObserver(Protocol):
     """What the pool reports (``gateway.metrics`` implements it; the pool knows nothing of it)."""
 
@@ -192,7 +196,11 @@ class ReplicaPool:
         if replica.retired:
             return
         if not ready or models is None:
-            self._eject(replica, "not ready" if not ready else "cannot list its models")
+            if replica.up:
+                self._eject(replica, "not ready" if not ready else "cannot list its models")
+            else:  # still down: wait longer before the next look
+                replica.failures += 1
+                replica.next_probe = time.monotonic() + _backoff(replica.failures)
             return
         replica.models = frozenset(m.name for m in models)
         if not replica.up:
@@ -206,11 +214,11 @@ class ReplicaPool:
     def _eject(self, replica: Replica, why: str) -> None:
         """Out of rotation until a probe after the backoff finds it ready. Jittered, so replicas
         ejected together (a network blip) are not all probed, and flooded, in the same instant."""
-        if not replica.up:
+        if not replica.up:  # requests that were already running there fail too: once is enough
             return
         replica.up = False
         replica.failures += 1
-        backoff = min(EJECT_MAX, EJECT_BASE * 2 ** (replica.failures - 1)) * random.uniform(0.8, 1.2)
+        backoff = _backoff(replica.failures)
         replica.next_probe = time.monotonic() + backoff
         logger.warning("Triton replica %s ejected for %.1f s: %s", replica.address, backoff, why)
         if self.observer is not None:

@@ -5,7 +5,8 @@ key's point on a ring of virtual nodes. Why a ring rather than ``hash % n``: whe
 leaves, only the keys it held move (to their next member), and when it returns exactly those
 keys move back; every other conversation keeps its warm cache. Why bounded: a key takes the
 first preferred replica whose load is under ``ceil(factor × (total + 1) / members)``, so one hot
-session or one shared system prompt spills to its next replica instead of piling onto one.
+session or one shared system prompt spills to its next replica instead of piling onto one
+(below ``MIN_BOUND`` nothing spills).
 
 Every gateway process builds the same ring from the same member names (the hash is keyed by
 nothing but the name), so workers and gateway replicas agree on where a key lives without
@@ -21,6 +22,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Generic, TypeVar
 
 M = TypeVar("M")
+
+MIN_BOUND = 4
+"""A replica running fewer requests than this is never too loaded for its keys: an inference
+server batches many requests at once, and spilling a conversation off its warm cache at such a
+light load would trade a sure cache hit for nothing (the paper's bound alone would spill the
+second request of a session when it is the only traffic)."""
 
 VIRTUAL_NODES = 100
 """Points per member: enough that three members each own close to a third of the ring."""
@@ -71,11 +78,10 @@ def bounded_choice(
     the ring (it joined since the ring was built) is taken only when no ring member is under the
     bound.
 
-    The bound counts the request being placed (``total + 1``), so an idle set always takes the
-    home, and it is at least 1, so a member with nothing running is never refused."""
+    The bound counts the request being placed (``total + 1``), and is at least ``MIN_BOUND``."""
     allowed = set(map(id, eligible))
     total = sum(load(m) for m in eligible)
-    bound = max(1, math.ceil(factor * (total + 1) / len(eligible)))
+    bound = max(MIN_BOUND, math.ceil(factor * (total + 1) / len(eligible)))
     home = True
     for member in preference:
         if id(member) not in allowed:
