@@ -32,6 +32,7 @@ CRD_KINDS = {
 }
 FULLNAME = "llm-triton-openai-gateway"
 TRITON_NAME = "llm-triton-openai-gateway-triton"
+TRITON_HEADLESS = "llm-triton-openai-gateway-triton-headless"
 EXTERNAL_URL = "triton.gpu-pool.svc.cluster.local:8001"
 API_KEYS = ["sk-test-4f9c2d1e", "sk-test-77ab03c9"]
 
@@ -71,6 +72,9 @@ STORE_SECRET = {"responsesStore": {"existingSecret": "gateway-store", "secretKey
 AUTOSCALED = _merge(STORE_SECRET, {"autoscaling": {"enabled": True}, "responsesStore": {"ttl": 86400, "max": 50000}})
 THREE_REPLICAS = _merge(STORE_SECRET, {"gateway": {"replicaCount": 3}})
 MONITORING = {"gateway": {"metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}}}}
+# Several chart-run Triton replicas, the gateway routing across them (issue #15).
+ROUTING = {"policy": "prefix", "prefixChars": 2048, "loadFactor": 1.5, "resolveInterval": 2}
+TRITON_REPLICAS = _merge(MONITORING, {"triton": {"replicaCount": 3}, "gateway": {"routing": ROUTING}})
 
 SCENARIOS: dict[str, dict[str, Any]] = {
     "defaults": {},
@@ -90,6 +94,10 @@ SCENARIOS: dict[str, dict[str, Any]] = {
                 },
             }
         },
+    ),
+    "managed-replicas": TRITON_REPLICAS,
+    "external-replicas": _merge(
+        EXTERNAL, {"triton": {"external": {"url": "dns:///triton-headless.gpu-pool.svc.cluster.local:8001"}}}
     ),
     "sidecar": _merge(SIDECAR, MONITORING),
     "ingress": INGRESS,
@@ -185,6 +193,22 @@ def _service_port(service: dict[str, Any], name: str) -> dict[str, Any]:
     return ports[0]
 
 
+def _service_of_url(r: Rendered, url: str) -> tuple[dict[str, Any], int]:
+    """The rendered Service GATEWAY_TRITON_URL names and its port, as cluster DNS would resolve
+    it: a bare Service name (same namespace), or dns:///<service>.<namespace>.svc.<domain>."""
+    target, port = url.removeprefix("dns:///").rsplit(":", 1)
+    if url.startswith("dns:///"):
+        name, namespace, svc, domain = target.split(".", 3)
+        assert (namespace, svc, domain) == (NAMESPACE, "svc", "cluster.local"), url
+    else:
+        name = target
+    return r.one("Service", name), int(port)
+
+
+def _selects(selector: dict[str, str], deployment: dict[str, Any]) -> bool:
+    return selector.items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+
+
 # ---------------------------------------------------------------------------------------------
 # lint, schema, Kubernetes validation
 
@@ -236,6 +260,26 @@ def test_default_values_pass_the_schema_and_unknown_keys_do_not(chart: Any, helm
     ):
         with pytest.raises(helm.HelmValuesError):
             chart.validate_schema(bad)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"policy": "random"},
+        {"policy": "Affinity"},  # the gateway's names, as it spells them
+        {"policy": "least-loaded"},
+        {"policy": 1},
+        {"prefixChars": 0},
+        {"prefixChars": 512.5},
+        {"loadFactor": 0.8},  # below 1 a replica could take less than its share
+        {"resolveInterval": 0},
+        {"interval": 5},
+    ],
+)
+def test_bad_routing_values_are_refused_by_the_schema(chart: Any, helm: ModuleType, bad: dict[str, Any]) -> None:
+    chart.validate_schema({"gateway": {"routing": ROUTING}})
+    with pytest.raises(helm.HelmValuesError):
+        chart.validate_schema({"gateway": {"routing": bad}})
 
 
 def _key_lines(text: str) -> list[tuple[tuple[str, ...], bool]]:
@@ -338,6 +382,10 @@ def test_optional_settings_are_set_only_when_given(rendered: dict[str, Rendered]
         "GATEWAY_API_KEY_FILE",
         "GATEWAY_RESPONSES_STORE_TTL",
         "GATEWAY_RESPONSES_STORE_MAX",
+        "GATEWAY_ROUTING_POLICY",
+        "GATEWAY_ROUTING_PREFIX_CHARS",
+        "GATEWAY_ROUTING_LOAD_FACTOR",
+        "GATEWAY_TRITON_RESOLVE_INTERVAL",
     ):
         assert unset not in defaults
     custom = _settings(rendered["custom-ports"])
@@ -363,8 +411,37 @@ def test_every_variable_the_chart_sets_is_a_gateway_setting(rendered: dict[str, 
     assert settings.shutdown_grace_period == 120
 
 
-def test_extra_settings_cannot_carry_api_keys(chart: Any, helm: ModuleType) -> None:
-    for key in ("api_keys", "api_key_file"):
+def test_routing_values_reach_the_gateway_as_it_parses_them(rendered: dict[str, Rendered]) -> None:
+    from gateway.config import Settings
+
+    settings = _settings(rendered["managed-replicas"])
+    assert settings["GATEWAY_ROUTING_POLICY"] == "prefix"
+    assert settings["GATEWAY_ROUTING_PREFIX_CHARS"] == "2048"
+    assert settings["GATEWAY_ROUTING_LOAD_FACTOR"] == "1.5"
+    assert settings["GATEWAY_TRITON_RESOLVE_INTERVAL"] == "2"
+    parsed = Settings(
+        triton_url=settings["GATEWAY_TRITON_URL"],
+        triton_resolve_interval=settings["GATEWAY_TRITON_RESOLVE_INTERVAL"],
+        routing_policy=settings["GATEWAY_ROUTING_POLICY"],
+        routing_prefix_chars=settings["GATEWAY_ROUTING_PREFIX_CHARS"],
+        routing_load_factor=settings["GATEWAY_ROUTING_LOAD_FACTOR"],
+    )
+    assert parsed.triton_url == f"dns:///{TRITON_HEADLESS}.{NAMESPACE}.svc.cluster.local:8001"
+    assert parsed.triton_resolve_interval == 2.0
+    assert parsed.routing_policy == "prefix"
+    assert parsed.routing_prefix_chars == 2048 and parsed.routing_load_factor == 1.5
+
+
+def test_extra_settings_cannot_carry_api_keys_or_bypass_triton_values(chart: Any, helm: ModuleType) -> None:
+    for key in (
+        "api_keys",
+        "api_key_file",
+        "triton_url",
+        "triton_resolve_interval",
+        "routing_policy",
+        "routing_prefix_chars",
+        "routing_load_factor",
+    ):
         with pytest.raises(helm.HelmValuesError):
             chart.validate_schema({"gateway": {"extraSettings": {key: "sk-inline"}}})
 
@@ -400,14 +477,16 @@ def test_config_change_rolls_the_gateway_pods(render: RenderFn) -> None:
 # where Triton is
 
 
-@pytest.mark.parametrize("scenario", ["defaults", "managed-existing-pvc", "managed-image", "ingress", "auth-values"])
+@pytest.mark.parametrize(
+    "scenario", ["defaults", "managed-existing-pvc", "managed-image", "managed-replicas", "ingress", "auth-values"]
+)
 def test_managed_triton_url_points_at_the_rendered_triton_service(rendered: dict[str, Rendered], scenario: str) -> None:
     r = rendered[scenario]
-    host, port = _settings(r)["GATEWAY_TRITON_URL"].rsplit(":", 1)
-    service = r.one("Service", host)
-    assert service["metadata"]["name"] == TRITON_NAME
+    service, port = _service_of_url(r, _settings(r)["GATEWAY_TRITON_URL"])
+    several = r.one("Deployment", TRITON_NAME)["spec"]["replicas"] > 1
+    assert service["metadata"]["name"] == (TRITON_HEADLESS if several else TRITON_NAME)
     grpc = _service_port(service, "grpc")
-    assert int(port) == grpc["port"]
+    assert port == grpc["port"]
     triton_deployment = r.one("Deployment", TRITON_NAME)
     pod_labels = triton_deployment["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= pod_labels.items()
@@ -448,6 +527,84 @@ def test_managed_triton_serves_the_vllm_image_on_a_gpu_from_the_model_volume(
         init = _pod(triton_deployment)["initContainers"][0]
         assert init["image"] == "registry.example.com/models/llama-3.1-8b:v3"
         assert _pod(_gateway_deployment(r))["initContainers"][0]["image"] == init["image"]
+
+
+def test_several_triton_replicas_are_routed_through_a_headless_service(rendered: dict[str, Rendered]) -> None:
+    r = rendered["managed-replicas"]
+    triton_deployment = r.one("Deployment", TRITON_NAME)
+    assert triton_deployment["spec"]["replicas"] == 3
+    headless = r.one("Service", TRITON_HEADLESS)
+    spec = headless["spec"]
+    assert spec["clusterIP"] == "None"  # one DNS record per pod, not a virtual IP
+    assert spec["publishNotReadyAddresses"] is False  # a pod still loading its model gets no record
+    assert _selects(spec["selector"], triton_deployment)
+    assert not _selects(spec["selector"], _gateway_deployment(r))
+    (grpc,) = spec["ports"]
+    triton = _container(triton_deployment, "triton")
+    grpc_arg = int(next(a for a in triton["args"] if a.startswith("--grpc-port=")).split("=")[1])
+    assert grpc["name"] == "grpc" and grpc["port"] == grpc_arg
+    assert _named_port(triton, grpc["targetPort"]) == grpc_arg
+    url = f"dns:///{TRITON_HEADLESS}.{NAMESPACE}.svc.cluster.local:{grpc_arg}"
+    assert _settings(r)["GATEWAY_TRITON_URL"] == url
+    assert r.one("Service", TRITON_NAME)["spec"].get("clusterIP") != "None"  # kept for metrics, port-forwards
+    assert TRITON_HEADLESS in r.notes and "x-gateway-replica" in r.notes
+
+
+def test_several_triton_replicas_roll_and_drain_one_pod_at_a_time(rendered: dict[str, Rendered]) -> None:
+    r = rendered["managed-replicas"]
+    triton_deployment = r.one("Deployment", TRITON_NAME)
+    # no surge pod (no spare GPU needed); the other replicas keep serving during a rollout
+    assert triton_deployment["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
+    }
+    budgets = r.all("PodDisruptionBudget")
+    triton_budgets = [b for b in budgets if _selects(b["spec"]["selector"]["matchLabels"], triton_deployment)]
+    gateway_budgets = [b for b in budgets if _selects(b["spec"]["selector"]["matchLabels"], _gateway_deployment(r))]
+    # the eviction API refuses a pod that two budgets select
+    assert len(triton_budgets) == len(gateway_budgets) == 1 and len(budgets) == 2
+    assert triton_budgets[0]["spec"]["maxUnavailable"] == 1
+
+
+@pytest.mark.parametrize("scenario", ["defaults", "managed-existing-pvc", "sidecar"])
+def test_one_triton_keeps_the_cluster_ip_endpoint_and_recreates(rendered: dict[str, Rendered], scenario: str) -> None:
+    r = rendered[scenario]
+    assert not _settings(r)["GATEWAY_TRITON_URL"].startswith("dns:///")
+    assert [s["metadata"]["name"] for s in r.all("Service") if s["spec"].get("clusterIP") == "None"] == []
+    deployments = {d["metadata"]["name"]: d for d in r.all("Deployment")}
+    triton_deployment = deployments.get(TRITON_NAME, deployments[FULLNAME])
+    assert triton_deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert len(r.all("PodDisruptionBudget")) == 1  # the gateway's only
+
+
+def test_triton_strategy_given_wins_over_the_derived_one(render: RenderFn) -> None:
+    given = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    r = render({"triton": {"replicaCount": 2, "strategy": given}})
+    assert r.one("Deployment", TRITON_NAME)["spec"]["strategy"] == given
+
+
+def test_headless_service_name_fits_and_follows_the_cluster_domain(render: RenderFn) -> None:
+    long_name = "x" * 63
+    r = render({"fullnameOverride": long_name, "clusterDomain": "corp.internal", "triton": {"replicaCount": 2}})
+    (headless,) = [s for s in r.all("Service") if s["spec"].get("clusterIP") == "None"]
+    name = headless["metadata"]["name"]
+    assert len(name) <= 63 and re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name)
+    url = r.one("ConfigMap", long_name)["data"]["GATEWAY_TRITON_URL"]
+    assert url == f"dns:///{name}.{NAMESPACE}.svc.corp.internal:8001"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "dns:///triton-headless.gpu-pool.svc.cluster.local:8001",
+        "10.0.0.1:8001,10.0.0.2:8001",
+        "triton-a.gpu:8001,dns:///triton-b.gpu.svc.cluster.local:8001,[fd00::1]:8001",
+    ],
+)
+def test_external_replicas_are_passed_to_the_gateway_as_given(render: RenderFn, url: str) -> None:
+    r = render(_merge(EXTERNAL, {"triton": {"external": {"url": url}}}))
+    assert _settings(r)["GATEWAY_TRITON_URL"] == url
+    assert [s["metadata"]["name"] for s in r.all("Service")] == [FULLNAME]
 
 
 def test_default_release_creates_a_kept_shared_model_claim(rendered: dict[str, Rendered]) -> None:
@@ -557,6 +714,10 @@ def _assert_keys_mounted(r: Rendered, secret_name: str, key: str) -> None:
         ({"auth": {"enabled": True, "apiKeys": ["has space"]}}, "no whitespace"),
         ({"triton": {"mode": "external"}}, "needs triton.external.url"),
         ({"triton": {"mode": "external", "external": {"url": "grpc://triton:8001"}}}, "must be host:port"),
+        ({"triton": {"mode": "external", "external": {"url": "dns://triton:8001"}}}, "must be host:port"),
+        ({"triton": {"mode": "external", "external": {"url": "a:8001,,b:8001"}}}, "must be host:port"),
+        (_merge(EXTERNAL, {"triton": {"replicaCount": 2}}), "in external mode the chart runs none"),
+        (_merge(SIDECAR, {"triton": {"replicaCount": 2}}), "in sidecar mode each gateway pod carries one Triton"),
         ({"triton": {"modelRepository": {"source": "image"}}}, "needs triton.modelRepository.image.repository"),
         ({"triton": {"modelRepository": {"path": "/elsewhere"}}}, "must lie inside"),
         ({"autoscaling": {"enabled": True, "minReplicas": 5, "maxReplicas": 2}}, "must not exceed"),
@@ -839,7 +1000,7 @@ def test_httproute_is_well_formed_and_never_cuts_a_stream(rendered: dict[str, Re
     assert set(route) == {"apiVersion", "kind", "metadata", "spec"}
 
 
-@pytest.mark.parametrize("scenario", ["managed-image", "sidecar"])
+@pytest.mark.parametrize("scenario", ["managed-image", "managed-replicas", "sidecar"])
 def test_service_monitors_scrape_declared_ports(rendered: dict[str, Rendered], scenario: str) -> None:
     r = rendered[scenario]
     monitors = r.all("ServiceMonitor")

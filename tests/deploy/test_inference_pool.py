@@ -194,8 +194,8 @@ def test_pool_without_sidecar_mode_is_refused_with_the_way_out(
     with pytest.raises(helm.HelmRenderError, match="inferencePool.enabled needs triton.mode=sidecar") as failure:
         render(values)
     message = str(failure.value)
-    assert "routing across several Triton replicas from one gateway is not built yet" in message
-    assert "one gateway per Triton" in message
+    assert "picks the replica itself" in message
+    assert "triton.replicaCount" in message and "triton.external.url" in message
 
 
 @pytest.mark.parametrize(

@@ -86,15 +86,55 @@ app.kubernetes.io/component: triton
 {{- end }}
 
 {{/*
-GATEWAY_TRITON_URL: the external URL, the managed Triton Service, or localhost in the pod.
+Name of the headless Service over the managed Triton pods: 47 + "-triton-headless" stays within
+63 characters.
+*/}}
+{{- define "triton-openai-gateway.tritonHeadlessName" -}}
+{{- printf "%s-triton-headless" (include "triton-openai-gateway.fullname" . | trunc 47 | trimSuffix "-") }}
+{{- end }}
+
+{{/*
+True (non-empty) when the gateway routes across several managed Triton replicas itself: it is
+given the headless Service as a dns:/// target and re-resolves it, so every ready Triton pod is a
+replica it picks per request. One replica keeps the plain host:port of the ClusterIP Service, as
+before: nothing to route, and a gateway image from before replica routing still starts.
+*/}}
+{{- define "triton-openai-gateway.routesAcrossTriton" -}}
+{{- if and (eq .Values.triton.mode "managed") (gt (int .Values.triton.replicaCount) 1) }}true{{ end }}
+{{- end }}
+
+{{/*
+GATEWAY_TRITON_URL: the external URL, the managed Triton Service (its headless Service's DNS
+name when there are several replicas), or localhost in the pod.
 */}}
 {{- define "triton-openai-gateway.tritonUrl" -}}
 {{- if eq .Values.triton.mode "external" }}
 {{- .Values.triton.external.url }}
 {{- else if eq .Values.triton.mode "sidecar" }}
 {{- printf "127.0.0.1:%d" (int .Values.triton.ports.grpc) }}
+{{- else if include "triton-openai-gateway.routesAcrossTriton" . }}
+{{- printf "dns:///%s.%s.svc.%s:%d" (include "triton-openai-gateway.tritonHeadlessName" .) .Release.Namespace (trimSuffix "." .Values.clusterDomain) (int .Values.triton.ports.grpc) }}
 {{- else }}
 {{- printf "%s:%d" (include "triton-openai-gateway.tritonFullname" .) (int .Values.triton.ports.grpc) }}
+{{- end }}
+{{- end }}
+
+{{/*
+Strategy of the managed Triton Deployment: triton.strategy when set. Otherwise one replica
+recreates (a surge pod would need a spare GPU, which clusters rarely have, and the rollout would
+hang); several replicas roll one pod at a time without a surge, so the others keep serving and
+the gateway routes around the one being replaced.
+*/}}
+{{- define "triton-openai-gateway.tritonStrategy" -}}
+{{- if .Values.triton.strategy }}
+{{- toYaml .Values.triton.strategy }}
+{{- else if and (eq .Values.triton.mode "managed") (gt (int .Values.triton.replicaCount) 1) }}
+type: RollingUpdate
+rollingUpdate:
+  maxSurge: 0
+  maxUnavailable: 1
+{{- else }}
+type: Recreate
 {{- end }}
 {{- end }}
 
@@ -248,7 +288,7 @@ existingSecret is taken for PostgreSQL (what the Secret is for: the URL carries 
 {{- if and (include "triton-openai-gateway.storeSqlite" .) .Values.responsesStore.persistence.enabled }}
 type: Recreate
 {{- else if eq .Values.triton.mode "sidecar" }}
-{{- toYaml .Values.triton.strategy }}
+{{- include "triton-openai-gateway.tritonStrategy" . }}
 {{- else }}
 {{- toYaml .Values.gateway.strategy }}
 {{- end }}

@@ -8,8 +8,18 @@ deployment.yaml, so a bad release fails at template time with a message that say
 {{- if and (eq $t.mode "external") (not $t.external.url) }}
 {{- fail "triton.mode=external needs triton.external.url (Triton's gRPC endpoint, host:port)" }}
 {{- end }}
-{{- if and (eq $t.mode "external") (not (regexMatch "^[^:/ ]+:[0-9]+$|^\\[[0-9a-fA-F:]+\\]:[0-9]+$" $t.external.url)) }}
-{{- fail (printf "triton.external.url must be host:port (gRPC, no scheme), got %q" $t.external.url) }}
+{{- if eq $t.mode "external" }}
+{{- range $endpoint := splitList "," $t.external.url }}
+{{- if not (regexMatch "^(dns:///)?([^:/, ]+|\\[[0-9a-fA-F:]+\\]):[0-9]+$" (trim $endpoint)) }}
+{{- fail (printf "triton.external.url must be host:port (gRPC, no scheme), dns:///host:port (a name re-resolved, e.g. a headless Service), or several of these separated by commas; got %q" $t.external.url) }}
+{{- end }}
+{{- end }}
+{{- if gt (int $t.replicaCount) 1 }}
+{{- fail "triton.replicaCount applies to the chart-run Triton (triton.mode=managed); in external mode the chart runs none. List your replicas in triton.external.url (host:port,host:port) or give a headless Service as dns:///<service>.<namespace>.svc.cluster.local:8001, and the gateway routes across them" }}
+{{- end }}
+{{- end }}
+{{- if and (eq $t.mode "sidecar") (gt (int $t.replicaCount) 1) }}
+{{- fail "triton.replicaCount applies to triton.mode=managed; in sidecar mode each gateway pod carries one Triton: scale with gateway.replicaCount (or autoscaling), or switch to triton.mode=managed for Triton replicas the gateway routes across" }}
 {{- end }}
 {{- if include "triton-openai-gateway.runsTriton" . }}
 {{- if and (eq $t.modelRepository.source "image") (not $t.modelRepository.image.repository) }}
@@ -69,14 +79,15 @@ deployment.yaml, so a bad release fails at template time with a message that say
 {{/*
 The InferencePool: its endpoints are gateway pods, and the endpoint picker chooses one by the
 queue each reports. That means something only when every pod has its own Triton (sidecar mode);
-with a managed or external Triton all pods front the same Triton, so the choice would be noise.
+with a managed or external Triton all pods front the same Triton replicas and each gateway picks
+the replica itself, so the picker's choice would be noise.
 The picker scrapes /metrics without an API key.
 */}}
 {{- define "triton-openai-gateway.validateInferencePool" -}}
 {{- $p := .Values.inferencePool }}
 {{- if $p.enabled }}
 {{- if ne .Values.triton.mode "sidecar" }}
-{{- fail (printf "inferencePool.enabled needs triton.mode=sidecar (got %q): the pool's endpoints are gateway pods and the endpoint picker chooses one by its queue, which only means something when each pod carries its own Triton. With a managed or external Triton every gateway pod fronts the same Triton; routing across several Triton replicas from one gateway is not built yet, so run one gateway per Triton, or switch to sidecar mode" .Values.triton.mode) }}
+{{- fail (printf "inferencePool.enabled needs triton.mode=sidecar (got %q): the pool's endpoints are gateway pods and the endpoint picker chooses one by its queue, which only means something when each pod carries its own Triton. With a managed or external Triton every gateway pod fronts the same Tritons and picks the replica itself: for several Triton replicas set triton.replicaCount (managed) or list them in triton.external.url, and leave the InferencePool off; or switch to sidecar mode" .Values.triton.mode) }}
 {{- end }}
 {{- if not $p.endpointPicker.serviceName }}
 {{- fail "inferencePool.enabled needs inferencePool.endpointPicker.serviceName: the Service of an endpoint picker (EPP) started with --pool-name set to this pool; the chart does not run one (docs/DEPLOY.md, \"GIE across sidecar pods\")" }}
