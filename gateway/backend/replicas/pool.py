@@ -48,7 +48,7 @@ HEALTH_INTERVAL = 5.0
 
 
 def _backoff(failures: int) -> float:
-    return min(EJECT_MAX, EJECT_BASE * 2 ** (failures - 1)) * random.uniform(0.8, 1.2)
+    return min(EJECT_MAX, EJECT_BASE * 2.0 ** (failures - 1)) * random.uniform(0.8, 1.2)
 
 
 class RoutingObserver(Protocol):
