@@ -133,6 +133,36 @@ def test_without_keys_load_spreads_evenly(gateway: GatewayProcess, tritons: list
     assert all(16 <= c <= 24 for c in counts.values()), counts  # 20 each, ±20 %
 
 
+def test_a_responses_conversation_stays_on_one_replica_without_a_key(
+    gateway: GatewayProcess, tritons: list[TritonServer]
+) -> None:
+    """``previous_response_id`` chains are their own session: the root response's id is the key."""
+    run = uuid.uuid4().hex[:8]
+    placed: dict[int, set[str]] = collections.defaultdict(set)
+    for conversation in range(6):
+        previous = None
+        for turn in range(3):
+            marker = f"{run}-c{conversation}.t{turn}"
+            body: dict[str, object] = {"model": MODEL, "input": script(marker), "previous_response_id": previous}
+            response = httpx.post(gateway.url + "/v1/responses", json=body, timeout=30)
+            assert response.status_code == 200, response.text
+            assert response.headers["x-gateway-route"] == "session"
+            previous = response.json()["id"]
+            placed[conversation].add(response.headers["x-gateway-replica"])
+            assert where_logged(tritons)[marker] == {response.headers["x-gateway-replica"]}
+    assert all(len(replicas) == 1 for replicas in placed.values()), placed
+
+
+def test_a_dns_name_is_every_address_it_resolves_to(tritons: list[TritonServer], tmp_path: Path) -> None:
+    """``dns:///localhost:<port>``: the replica set is what the name resolves to, followed."""
+    process = start_gateway(f"dns:///localhost:{tritons[1].grpc_port}", tmp_path / "gateway.log")
+    try:
+        response = chat(process, script(f"{uuid.uuid4().hex[:8]}-dns"))
+        assert response.headers["x-gateway-replica"] == f"127.0.0.1:{tritons[1].grpc_port}"
+    finally:
+        stop_gateway(process)
+
+
 def test_a_killed_replica_costs_nothing_that_had_not_started_and_rejoins(
     gateway: GatewayProcess, tritons: list[TritonServer]
 ) -> None:
