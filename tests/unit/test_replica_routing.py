@@ -247,7 +247,17 @@ async def test_an_ejected_replica_returns_after_a_successful_probe() -> None:
     assert replica.up is False and replica.failures == 1
     backends["a:1"].ready = True
     await pool._probe(replica)
-    assert replica.up is True and replica.failures == 0
+    assert replica.up is True
+    backends["a:1"].ready = False  # flaps: down again at once, so it waits twice as long
+    await pool.server_ready()
+    assert replica.up is False and replica.failures == 2
+    replica.up_since -= 60  # had it stayed up long enough, the count would start over
+    backends["a:1"].ready = True
+    await pool._probe(replica)
+    replica.up_since -= 60
+    backends["a:1"].ready = False
+    await pool.server_ready()
+    assert replica.failures == 1
 
 
 @pytest.mark.anyio

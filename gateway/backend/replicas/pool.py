@@ -76,7 +76,10 @@ class Replica:
     models: frozenset[str] | None = None
     """Ready models there at the last listing; None before the first one (assumed to serve all)."""
     failures: int = 0
-    """Consecutive ejections: the backoff doubles with each."""
+    """Ejections and failed probes in a row: the backoff doubles with each. A replica must stay
+    in rotation for ``EJECT_MAX`` before it is forgiven, so one that flaps (up for a moment, down
+    again) is probed less and less often instead of pulling traffic in and dropping it."""
+    up_since: float = 0.0
     next_probe: float = 0.0
     """``time.monotonic()`` of the next readiness probe."""
     retired: bool = False
@@ -205,7 +208,7 @@ class ReplicaPool:
         replica.models = frozenset(m.name for m in models)
         if not replica.up:
             replica.up = True
-            replica.failures = 0
+            replica.up_since = time.monotonic()
             logger.info("Triton replica %s is back in rotation", replica.address)
             if self.observer is not None:
                 self.observer.replica_up(replica.address, True)
@@ -217,6 +220,8 @@ class ReplicaPool:
         if not replica.up:  # requests that were already running there fail too: once is enough
             return
         replica.up = False
+        if time.monotonic() - replica.up_since >= EJECT_MAX:
+            replica.failures = 0
         replica.failures += 1
         backoff = _backoff(replica.failures)
         replica.next_probe = time.monotonic() + backoff
