@@ -10,8 +10,10 @@
 # With no arguments it also runs the vLLM lane (scripts/vllm-lane.sh: the gateway over Triton's real
 # vLLM backend against vLLM's own server, docs/VLLM_LANE.md): its venv installs in the background
 # while the main suite runs, and the lane runs beside the aio run; and the chart and image tests
-# (tests/deploy) run beside the rest of the main run. With arguments everything runs one after the
-# other and the lane is left out (run scripts/vllm-lane.sh for it).
+# (tests/deploy) run beside the rest of the main run; the tests that start Tritons of their own
+# (SECOND_PHASE_TESTS: three replicas) run on h2 after the aio run, still beside the lane. With
+# arguments everything runs one after the other and the lane is left out (run scripts/vllm-lane.sh
+# for it).
 # Exits non-zero if any run failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -56,13 +58,17 @@ fi
 .venv/bin/ruff format --check gateway tests bench scripts triton_models
 .venv/bin/mypy
 h2_status=0
+# Tests that start several tritonservers of their own: with no arguments they run after the aio
+# run, beside the vLLM lane (which takes longer than the aio run), instead of lengthening the h2 run.
+SECOND_PHASE_TESTS=(tests/integration/test_replicas.py)
 if [ "$#" -eq 0 ]; then
     # The chart and image tests (helm's renderer, a pip install) run beside the rest: they share
     # nothing with it but the machine, and the suite passes on a loaded machine.
     deploy_status=0
     GATEWAY_TRITON_TRANSPORT=h2 .venv/bin/python -m pytest tests/deploy -p no:cacheprovider > .test-deploy.out 2>&1 &
     deploy_pid=$!
-    GATEWAY_TRITON_TRANSPORT=h2 .venv/bin/python -m pytest --ignore=tests/deploy || h2_status=$?
+    GATEWAY_TRITON_TRANSPORT=h2 .venv/bin/python -m pytest --ignore=tests/deploy \
+        "${SECOND_PHASE_TESTS[@]/#/--ignore=}" || h2_status=$?
     wait "$deploy_pid" || deploy_status=$?
     cat .test-deploy.out
     [ "$deploy_status" -eq 0 ] || h2_status=$deploy_status
@@ -107,6 +113,9 @@ case "$paths" in
     integration) GATEWAY_TRITON_TRANSPORT=aio .venv/bin/python -m pytest "$@" || aio_status=$? ;;
     other) echo "no integration tests selected: the aio transport run is skipped" >&2 ;;
 esac
+if [ "$#" -eq 0 ]; then
+    GATEWAY_TRITON_TRANSPORT=h2 .venv/bin/python -m pytest -p no:cacheprovider "${SECOND_PHASE_TESTS[@]}" || h2_status=$?
+fi
 if [ -n "$lane_run_pid" ]; then
     lane_status=0
     wait "$lane_run_pid" || lane_status=$?
