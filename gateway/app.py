@@ -16,6 +16,8 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
+from gateway.backend.replicas.pool import ReplicaPool
+from gateway.backend.replicas.router import Policy, Router
 from gateway.backend.transport.tls import TritonTLS
 from gateway.backend.triton import TritonBackend
 from gateway.backend.types import Backend
@@ -44,16 +46,29 @@ def triton_tls(settings: Settings) -> TritonTLS | None:
     return TritonTLS(settings.triton_ssl_root_certs, settings.triton_ssl_client_cert, settings.triton_ssl_client_key)
 
 
+def triton_replicas(settings: Settings) -> ReplicaPool:
+    """The replicas ``triton_url`` names, one ``TritonBackend`` each, routed by the settings'
+    policy. One ``host:port`` is a pool of one: the same requests on the same connection."""
+    tls = triton_tls(settings)
+
+    def connect(address: str) -> Backend:
+        return TritonBackend(
+            address,
+            keepalive_ms=settings.grpc_keepalive_ms,
+            keepalive_timeout_ms=settings.grpc_keepalive_timeout_ms,
+            max_message_bytes=settings.grpc_max_message_bytes,
+            tls=tls,
+            transport=settings.triton_transport,
+        )
+
+    router = Router(Policy(settings.routing_policy), settings.routing_prefix_chars, settings.routing_load_factor)
+    return ReplicaPool(settings.triton_endpoints, connect, router, resolve_interval=settings.triton_resolve_interval)
+
+
 def create_app(settings: Settings, backend: Backend | None = None) -> FastAPI:
-    """Build the app. ``backend`` defaults to a ``TritonBackend`` on ``settings.triton_url``."""
-    the_backend: Backend = backend or TritonBackend(
-        settings.triton_url,
-        keepalive_ms=settings.grpc_keepalive_ms,
-        keepalive_timeout_ms=settings.grpc_keepalive_timeout_ms,
-        max_message_bytes=settings.grpc_max_message_bytes,
-        tls=triton_tls(settings),
-        transport=settings.triton_transport,
-    )
+    """Build the app. ``backend`` defaults to the Triton replicas of ``settings.triton_url``."""
+    pool = triton_replicas(settings) if backend is None else None
+    the_backend: Backend = backend or pool  # type: ignore[assignment]
     catalog = ModelCatalog(
         the_backend,
         settings.model_repository,
@@ -65,6 +80,8 @@ def create_app(settings: Settings, backend: Backend | None = None) -> FastAPI:
     )
     admission = Admission(lambda model: settings.limits_for(model)[:2], settings.queue_timeout)
     the_metrics = Metrics(admission, catalog.adapter_count, shared=settings.workers > 1)
+    if pool is not None:
+        pool.observer = the_metrics
     service = CompletionService(the_backend, admission, the_metrics, log_requests=settings.log_requests)
     store = open_store(settings)
 
@@ -74,7 +91,12 @@ def create_app(settings: Settings, backend: Backend | None = None) -> FastAPI:
             await store.start()
         await the_backend.start()
         if backend is None:
-            logger.info("token streams to Triton on the %s transport", settings.triton_transport)
+            logger.info(
+                "token streams to Triton on the %s transport; replicas %s, routing policy %s",
+                settings.triton_transport,
+                settings.triton_url,
+                settings.routing_policy,
+            )
         try:
             await catalog.refresh()
         except GatewayError as exc:

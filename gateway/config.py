@@ -9,18 +9,16 @@ a ``Settings`` by hand and know it sees everything.
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from gateway.backend.replicas.endpoints import EndpointSpec, parse_endpoints
 from gateway.models.hub import default_hub_cache
 from gateway.store.location import default_store_url, parse_store_url
 from gateway.tools.registry import PARSERS
-
-_HOST_PORT = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):\d{1,5}$")
 
 ENV_PREFIX = "GATEWAY_"
 
@@ -95,7 +93,33 @@ class Settings(BaseSettings):
     """HTTP port of the gateway."""
 
     triton_url: str = "localhost:8001"
-    """Triton's gRPC endpoint, host:port. Ignored in embedded mode (the launcher picks a port)."""
+    """Triton's gRPC endpoints, comma-separated: ``host:port`` is one Triton replica;
+    ``dns:///host:port`` is every address the name resolves to, re-resolved every
+    ``triton_resolve_interval`` (a Kubernetes headless Service). Several replicas are routed
+    across by ``routing_policy`` (docs/DEPLOY.md). Ignored in embedded mode (the launcher picks a
+    port)."""
+
+    triton_resolve_interval: float = Field(default=5.0, gt=0.0)
+    """Seconds between DNS lookups of ``dns:///`` entries of ``triton_url``: how soon a new Triton
+    pod gets traffic (a pod that leaves stops getting it at the lookup after it left)."""
+
+    routing_policy: Literal["affinity", "prefix", "least_loaded", "round_robin"] = "affinity"
+    """How a request picks among several Triton replicas. ``affinity``: a session key
+    (``X-Session-Id`` header, else ``prompt_cache_key``, else ``user``, else the Responses
+    conversation of ``previous_response_id``) keeps a conversation on one replica, where its KV
+    cache is; else the prompt's prefix does; else the least busy replica. ``prefix``: the prefix,
+    else the least busy. ``least_loaded``: fewest requests in flight. ``round_robin``: in turn.
+    Keyed choices use consistent hashing with bounded load (``routing_load_factor``)."""
+
+    routing_prefix_chars: int = Field(default=1024, ge=1)
+    """How many characters of the rendered prompt the prefix route hashes (about a quarter as many
+    tokens). Prompts that share their first this-many characters go to one replica; a prompt
+    shorter than this has no prefix worth following and is placed by load."""
+
+    routing_load_factor: float = Field(default=1.25, ge=1.0)
+    """Bounded load: a replica takes a keyed request only while its in-flight count is under this
+    factor times the average (plus one); beyond it the key spills to its next replica, so one hot
+    conversation or system prompt cannot overload one Triton."""
 
     embedded: bool = False
     """Start a local tritonserver (from the nvidia-pytriton wheel) against ``model_repository``
@@ -303,12 +327,15 @@ class Settings(BaseSettings):
 
     @field_validator("triton_url")
     @classmethod
-    def _host_and_port(cls, value: str) -> str:
+    def _endpoints(cls, value: str) -> str:
         """Fail at start, not with a 503 on every request: the streaming connection dials
-        ``host:port`` itself (no gRPC target syntax such as ``dns:///``)."""
-        if not _HOST_PORT.match(value):
-            raise ValueError(f"triton_url must be host:port (IPv6 as [addr]:port), got {value!r}")
+        ``host:port`` itself, so only that and ``dns:///host:port`` are understood."""
+        parse_endpoints(value)
         return value
+
+    @property
+    def triton_endpoints(self) -> tuple[EndpointSpec, ...]:
+        return parse_endpoints(self.triton_url)
 
     @field_validator("responses_store")
     @classmethod

@@ -105,6 +105,12 @@ class BackendUnavailableError(GatewayError):
     default_code = "backend_unavailable"
 
 
+class BackendUnreachableError(BackendUnavailableError):
+    """The Triton server itself cannot take work (no connection, lost connection, an unhealthy
+    engine), as opposed to one model on it not being ready: with several replicas, the pool
+    ejects the server for a while and places requests elsewhere."""
+
+
 class ShuttingDownError(BackendUnavailableError):
     """The gateway is draining for shutdown: retry on another replica."""
 

@@ -51,5 +51,7 @@ def log_request(record: RequestRecord, finished_at: float) -> None:
         "ttft_ms": None if record.first_token is None else round((record.first_token - record.started) * 1000, 2),
         "cancel_reason": record.cancel_reason,
         "error_type": record.error_type,
+        "replica": record.placement.replica if record.placement is not None else None,
+        "route": record.placement.route if record.placement is not None else None,
     }
     access_logger.info("%s", orjson.dumps(line).decode())

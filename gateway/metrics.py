@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from gateway.backend.types import Placement
 from gateway.core.admission import Admission
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -52,6 +53,8 @@ class RequestRecord:
     status: int = 200
     cancel_reason: str | None = None
     error_type: str | None = None
+    placement: Placement | None = None
+    """Where the backend ran it (the replica pool fills it in)."""
 
 
 class _LiveGauges(Collector):
@@ -256,12 +259,60 @@ class Metrics:
             ["type"],
             registry=r,
         )
+        # Per Triton replica (``backend.replicas``): counted when it happens, per request at most.
+        # With several workers the gauges add up (in flight) or take the highest (in rotation:
+        # 1 when any worker has it in rotation).
+        self.replica_routed = Counter(
+            "gateway_replica_routed", "Requests placed on a Triton replica, by route", ["replica", "route"], registry=r
+        )
+        self.replica_affinity_hits = Counter(
+            "gateway_replica_affinity_hits",
+            "Keyed requests (session or prefix) served by their key's home replica",
+            ["replica"],
+            registry=r,
+        )
+        self.replica_retries = Counter(
+            "gateway_replica_retries",
+            "Requests that failed on this replica before their first token and were retried on another",
+            ["replica"],
+            registry=r,
+        )
+        self.replica_ejections = Counter(
+            "gateway_replica_ejections", "Times this replica was taken out of rotation", ["replica"], registry=r
+        )
+        self.replica_in_flight_gauge = Gauge(
+            "gateway_replica_in_flight",
+            "Generations running on this replica",
+            ["replica"],
+            multiprocess_mode="livesum",
+            registry=r,
+        )
+        self.replica_up_gauge = Gauge(
+            "gateway_replica_up", "1 while in rotation", ["replica"], multiprocess_mode="livemax", registry=r
+        )
         self.shared_live: _SharedLiveGauges | None = None
         if shared:
             self.shared_live = _SharedLiveGauges(admission, adapters)
             self.registry.register(self.shared_live)
         else:
             r.register(_LiveGauges(admission, adapters))
+
+    def routed(self, replica: str, route: str, home: bool | None) -> None:
+        self.replica_routed.labels(replica, route).inc()
+        if home:
+            self.replica_affinity_hits.labels(replica).inc()
+
+    def retried(self, replica: str) -> None:
+        self.replica_retries.labels(replica).inc()
+
+    def ejected(self, replica: str) -> None:
+        self.replica_ejections.labels(replica).inc()
+
+    def replica_up(self, replica: str, up: bool) -> None:
+        self.replica_up_gauge.labels(replica).set(1 if up else 0)
+
+    def replica_in_flight(self, replica: str, delta: int) -> None:
+        self.replica_in_flight_gauge.labels(replica).inc(delta)
 
     def cancelled(self, reason: str) -> None:
         self.cancellations.labels(reason).inc()

@@ -46,6 +46,7 @@ from gateway.errors import (
     BackendError,
     BackendTimeoutError,
     BackendUnavailableError,
+    BackendUnreachableError,
     ContextLengthExceededError,
     GatewayError,
     InvalidRequestError,
@@ -81,7 +82,7 @@ def _refused_sampling(match: re.Match[str], message: str) -> GatewayError:
 
 
 def _unavailable(match: re.Match[str], message: str) -> GatewayError:
-    return BackendUnavailableError(message, headers={"Retry-After": "1"})
+    return BackendUnreachableError(message, headers={"Retry-After": "1"})
 
 
 _ERROR_PATTERNS: tuple[tuple[re.Pattern[str], _Classify], ...] = (
@@ -135,6 +136,8 @@ def classify_rpc_error(error: grpc.aio.AioRpcError | CallError) -> GatewayError:
         code, details = error.code(), error.details()
     error_type = _STATUS_ERRORS.get(code, BackendError)
     details = details or code.name
+    if code is grpc.StatusCode.UNAVAILABLE:  # the server, not one model: the replica pool ejects it
+        return BackendUnreachableError(f"Triton is unavailable: {details}", headers={"Retry-After": "1"})
     if error_type is BackendUnavailableError:
         return BackendUnavailableError(f"Triton is unavailable: {details}", headers={"Retry-After": "1"})
     if error_type is BackendTimeoutError:

@@ -28,6 +28,21 @@ class GenerationRequest:
     inputs: frozenset[str] = frozenset()
     """The model's declared input tensors: they pick the contract (vLLM backend or TensorRT-LLM
     ensemble) and, for an ensemble, which fields it can take."""
+    session_key: str | None = None
+    """What ties the request to earlier ones (a conversation): requests with one key go to one
+    replica, where its prefix is cached. None: the prompt's prefix, or load, decides."""
+    placement: Placement | None = None
+    """Filled by the replica pool with where the request went, for the response headers and log."""
+
+
+class Placement:
+    """Where one generation was placed: written once by the backend, read by the HTTP edge."""
+
+    __slots__ = ("replica", "route")
+
+    def __init__(self) -> None:
+        self.replica: str | None = None
+        self.route: str | None = None
 
 
 class GenerationChunk(NamedTuple):

@@ -38,6 +38,7 @@ class RequestOutcome:
             model=plan.model,
             adapter=plan.adapter,
             stream=plan.stream,
+            placement=plan.requests[0].placement if plan.requests else None,
         )
         self.finished = False
         self.backend_started = False

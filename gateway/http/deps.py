@@ -76,6 +76,10 @@ BackendDep = Annotated[Backend, Depends(get_backend)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 
 
+SESSION_HEADER = "x-session-id"
+"""Ties a request to a conversation: every request with one id goes to one Triton replica."""
+
+
 def request_context(request: Request, settings: Settings) -> RequestContext:
     """The request id and the deadline: the configured ``request_timeout``, lowered (never
     raised) by an ``X-Request-Timeout: <seconds>`` header. A plain call rather than a dependency,
@@ -91,4 +95,5 @@ def request_context(request: Request, settings: Settings) -> RequestContext:
             raise InvalidRequestError(f"{TIMEOUT_HEADER} must be a positive number of seconds, got {header!r}")
         timeout = asked if timeout is None else min(timeout, asked)
     deadline = None if timeout is None else time.monotonic() + timeout
-    return RequestContext(request_id_of(request.scope), deadline)
+    session = request.headers.get(SESSION_HEADER) or None
+    return RequestContext(request_id_of(request.scope), deadline, session)

@@ -79,8 +79,13 @@ async def respond(
         generation = service.generate(plan, ticket, outcome)
         if plan.stream:
             first = await until_disconnect(request, prime(generation, settings.first_response_wait))
-            return sse_response(answer.frames(generation, first), ping_interval=settings.sse_ping_interval)
-        return JSONBytesResponse(await until_disconnect(request, answer.complete(generation)))
+            return sse_response(
+                answer.frames(generation, first),
+                ping_interval=settings.sse_ping_interval,
+                headers=placement_headers(plan),
+            )
+        content = await until_disconnect(request, answer.complete(generation))
+        return JSONBytesResponse(content, headers=placement_headers(plan))
     except BaseException as exc:
         # No-ops when the generation already ended the request (its usual way to end).
         if isinstance(exc, ClientDisconnected):
@@ -92,6 +97,20 @@ async def respond(
         elif ticket is not None:
             ticket.release()
         raise
+
+
+REPLICA_HEADER = "x-gateway-replica"
+ROUTE_HEADER = "x-gateway-route"
+
+
+def placement_headers(plan: GenerationPlan) -> dict[str, str] | None:
+    """Which Triton replica served the request and why (its first choice's, when ``n`` > 1 or
+    several prompts spread them): for operators tracing a slow answer, and for clients checking
+    that their session key holds."""
+    placement = plan.requests[0].placement if plan.requests else None
+    if placement is None or placement.replica is None:
+        return None
+    return {REPLICA_HEADER: placement.replica, ROUTE_HEADER: placement.route or ""}
 
 
 async def complete(plan: GenerationPlan, generation: Generation) -> dict[str, Any]:

@@ -59,6 +59,7 @@ class ResponsesRequest(SamplingExtras):
     text: TextConfig | None = None
     metadata: dict[str, str] | None = None
     user: str | None = None
+    prompt_cache_key: str | None = None
     stream: bool = False
     store: bool = True
     previous_response_id: str | None = Field(default=None, min_length=1)

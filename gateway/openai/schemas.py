@@ -127,6 +127,9 @@ class SamplingFields(SamplingExtras):
     max_tokens: int | None = Field(default=None, ge=1)
     logit_bias: dict[str, float] | None = None
     user: str | None = None
+    prompt_cache_key: str | None = None
+    """OpenAI's cache-routing hint: with several Triton replicas, requests sharing it go to one
+    (``routing_policy``)."""
 
     @field_validator("logit_bias")
     @classmethod

@@ -34,6 +34,15 @@ class RequestContext:
     request_id: str
     deadline: float | None = None
     """``time.monotonic()`` by which the whole request must be done; None for no deadline."""
+    session_key: str | None = None
+    """The ``X-Session-Id`` header: the first of the keys that route a conversation to one
+    Triton replica (``session_key_of``)."""
+
+
+def session_key_of(context: RequestContext, body: SamplingFields) -> str | None:
+    """What ties the request to a conversation, most explicit first: the header, OpenAI's
+    ``prompt_cache_key``, then ``user`` (the Responses route adds its conversation's root)."""
+    return context.session_key or body.prompt_cache_key or body.user or None
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +169,7 @@ async def prepare_chat(
         max_tokens=max_tokens,
         logprobs=logprobs,
         deadline=context.deadline,
+        session_key=session_key_of(context, body),
         tool_schema=tools.structured,
         keep_special_tokens=tools.plan is not None and PARSERS[tools.plan.parser].needs_special_tokens,
     )
@@ -199,6 +209,7 @@ async def prepare_completion(
                 max_tokens=max_tokens,
                 logprobs=body.logprobs,
                 deadline=context.deadline,
+                session_key=session_key_of(context, body),
             )
         )
     return _plan(

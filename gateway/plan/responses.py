@@ -26,7 +26,7 @@ from gateway.models.catalog import ModelCatalog
 from gateway.openai.responses_schemas import ResponsesRequest, TextConfig
 from gateway.openai.schemas import SAMPLING_EXTRAS, ChatCompletionRequest
 from gateway.plan.prepare import GenerationPlan, RequestContext, prepare_chat
-from gateway.plan.responses_input import load_history, new_id, normalize_input, to_chat_messages
+from gateway.plan.responses_input import history_items, load_chain, new_id, normalize_input, to_chat_messages
 from gateway.store.base import ResponseStore
 
 TOOL_CHOICE_OPTIONS = ("auto", "none", "required")
@@ -63,7 +63,14 @@ async def prepare_response(
 ) -> ResponsesPlan:
     check_supported(body)
     own_items = normalize_input(body.input)
-    history = await load_history(store, body.previous_response_id, owner, settings.max_messages)
+    chain = await load_chain(store, body.previous_response_id, owner, settings.max_messages)
+    history = history_items(chain)
+    response_id = new_id("resp")
+    # A conversation's turns share its root response's id as their session key, so a chain of
+    # previous_response_id stays on one Triton replica without the client naming a session.
+    root = chain[-1].id if chain else response_id
+    session = context.session_key or body.prompt_cache_key or body.user or f"response:{root}"
+    context = dataclasses.replace(context, session_key=session)
     messages, sources = to_chat_messages(history + own_items)
     if body.instructions is not None:
         messages.insert(0, {"role": "system", "content": body.instructions})
@@ -76,7 +83,6 @@ async def prepare_response(
     except InvalidRequestError as exc:
         exc.param = responses_param(exc.param, origins)
         raise
-    response_id = new_id("resp")
     stored = body.store and store is not None
     created_at = int(time.time())
     return ResponsesPlan(

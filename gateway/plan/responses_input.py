@@ -138,7 +138,23 @@ async def load_history(
     store: ResponseStore | None, previous_id: str | None, owner: str, max_depth: int
 ) -> list[dict[str, Any]]:
     """The items of every stored response before this one, oldest first: each one's own input,
-    then its output. Instructions are not carried over (OpenAI's rule: each request gives its own).
+    then its output. Instructions are not carried over (OpenAI's rule: each request gives its own)."""
+    return history_items(await load_chain(store, previous_id, owner, max_depth))
+
+
+def history_items(chain: list[StoredResponse]) -> list[dict[str, Any]]:
+    """``load_chain``'s responses (newest first) as conversation items, oldest first."""
+    items: list[dict[str, Any]] = []
+    for stored in reversed(chain):
+        items.extend(stored.input_items)
+        items.extend(stored.response.get("output") or ())
+    return items
+
+
+async def load_chain(
+    store: ResponseStore | None, previous_id: str | None, owner: str, max_depth: int
+) -> list[StoredResponse]:
+    """The stored responses this one continues, newest first (the last is the conversation's root).
 
     A response missing from the chain (never stored, deleted, expired, another key's) is a 400, as
     OpenAI answers ``previous_response_not_found``: a conversation silently cut short would be
@@ -170,11 +186,7 @@ async def load_history(
             )
         chain.append(stored)
         next_id = stored.previous_response_id
-    items: list[dict[str, Any]] = []
-    for stored in reversed(chain):
-        items.extend(stored.input_items)
-        items.extend(stored.response.get("output") or ())
-    return items
+    return chain
 
 
 def to_chat_messages(items: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[int]]:

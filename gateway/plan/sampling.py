@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gateway.backend.types import GenerationRequest
+from gateway.backend.types import GenerationRequest, Placement
 from gateway.errors import ContextLengthExceededError
 from gateway.models.resolve import ResolvedModel
 from gateway.openai.schemas import ChatCompletionRequest, SamplingFields
@@ -142,6 +142,7 @@ def to_generation_requests(
     max_tokens: int,
     logprobs: int | None,
     deadline: float | None,
+    session_key: str | None = None,
     tool_schema: Mapping[str, Any] | None = None,
     keep_special_tokens: bool = False,
 ) -> list[GenerationRequest]:
@@ -170,6 +171,8 @@ def to_generation_requests(
             return_logprobs=logprobs is not None,
             deadline=deadline,
             inputs=resolved.model.inputs,
+            session_key=session_key,
+            placement=Placement(),
         )
         for index, request_id in enumerate(request_ids)
     ]

@@ -55,7 +55,22 @@ def test_triton_url_takes_host_and_port(url: str) -> None:
     assert Settings(triton_url=url).triton_url == url
 
 
-@pytest.mark.parametrize("url", ["localhost", "dns:///triton:8001", "grpc://triton:8001", "triton:port", ""])
+@pytest.mark.parametrize(
+    "url", ["a:8001,b:8002", "dns:///triton-headless.llm.svc.cluster.local:8001", "a:8001, dns:///b:8001"]
+)
+def test_triton_url_takes_several_endpoints_and_dns_names(url: str) -> None:
+    assert Settings(triton_url=url).triton_endpoints
+
+
+@pytest.mark.parametrize(
+    "url", ["localhost", "dns://triton:8001", "grpc://triton:8001", "triton:port", "a:8001,b", "dns:///x", "a:0"]
+)
 def test_triton_url_that_is_not_host_and_port_is_refused(url: str) -> None:
     with pytest.raises(ValueError, match="host:port"):
+        Settings(triton_url=url)
+
+
+@pytest.mark.parametrize("url", ["", " , "])
+def test_triton_url_with_no_endpoint_is_refused(url: str) -> None:
+    with pytest.raises(ValueError, match="no endpoint"):
         Settings(triton_url=url)

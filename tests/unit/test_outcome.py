@@ -114,6 +114,8 @@ def test_request_log_line_is_written_once_with_the_outcome(caplog: pytest.LogCap
         "ttft_ms",
         "cancel_reason",
         "error_type",
+        "replica",
+        "route",
     }
     assert (line["request_id"], line["status"], line["cancel_reason"], line["prompt_tokens"]) == (
         "abc",

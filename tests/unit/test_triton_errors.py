@@ -22,6 +22,7 @@ from gateway.errors import (
     BackendError,
     BackendTimeoutError,
     BackendUnavailableError,
+    BackendUnreachableError,
     ContextLengthExceededError,
     GatewayError,
     InvalidRequestError,
@@ -125,7 +126,7 @@ CLIENT_ERRORS = [
     ("Request for unknown model: 'nope' is not found", BackendUnavailableError, None),
     ("Request for unknown model: 'm' has no available versions", BackendUnavailableError, None),
     ("Model 'm' is not ready", BackendUnavailableError, None),
-    (VLLM_UNHEALTHY, BackendUnavailableError, None),
+    (VLLM_UNHEALTHY, BackendUnreachableError, None),
     ("[request id: r] INVALID_ARG: bad input", InvalidRequestError, None),
 ]
 
@@ -204,7 +205,9 @@ def make_error(request: pytest.FixtureRequest) -> Any:
 )
 def test_unavailable_statuses_are_retryable_503s(make_error: Any, code: grpc.StatusCode) -> None:
     error = classify_rpc_error(make_error(code, "connection refused"))
-    assert type(error) is BackendUnavailableError
+    # UNAVAILABLE is the server (the replica pool ejects it); the others are one model or call.
+    expected = BackendUnreachableError if code is grpc.StatusCode.UNAVAILABLE else BackendUnavailableError
+    assert type(error) is expected
     assert error.status_code == 503
     assert error.headers == {"Retry-After": "1"}
     assert error.message == "Triton is unavailable: connection refused"

@@ -94,6 +94,10 @@ class TritonPythonModel:
                     flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
                 )
                 continue
+            if script.log is not None:
+                # The stub's stdout is tritonserver's, which the launcher sends to its log file:
+                # tests read there which server ran which request.
+                print(f"scripted log: {script.log}", flush=True)
             self._metrics.add(self._metrics.in_flight, 1.0)
             threading.Thread(target=self._replay, args=(sender, script.hang, steps), daemon=True).start()
         return None

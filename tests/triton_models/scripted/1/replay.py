@@ -21,7 +21,7 @@ _RESPONSE_KEYS = frozenset(
     {"text", "utf8", "finish_reason", "num_output_tokens", "logprobs", "cumulative_logprob", "delay"}
 )
 _SCRIPT_KEYS = frozenset(
-    {"responses", "choices", "num_input_tokens", "error", "hang", "echo_inputs", "replay_when_not_streaming"}
+    {"responses", "choices", "num_input_tokens", "error", "hang", "echo_inputs", "replay_when_not_streaming", "log"}
 )
 RETURN_FLAGS = (
     "return_finish_reason",
@@ -57,6 +57,7 @@ class Script:
     hang: float = 0.0
     echo_inputs: bool = False
     replay_when_not_streaming: bool = False
+    log: str | None = None
 
 
 @dataclass(frozen=True)
@@ -160,6 +161,7 @@ def parse_script(text_input: bytes, request_id: str = "") -> Script:
         hang=float(data.get("hang", 0.0)),
         echo_inputs=bool(data.get("echo_inputs", False)),
         replay_when_not_streaming=bool(data.get("replay_when_not_streaming", False)),
+        log=None if data.get("log") is None else str(data["log"]),
     )
 
 

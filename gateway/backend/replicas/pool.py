@@ -1,0 +1,314 @@
+"""Several Triton replicas behind one ``Backend``: discovery, ejection, routing and the retry.
+
+Each replica is a ``TritonBackend`` of its own (its own connections, in-flight count and model
+list). The pool is what the rest of the gateway sees: ``list_models`` is the union of the
+replicas' catalogs, ``server_ready`` is true while any replica is, and ``generate`` places each
+request with the ``Router`` among the replicas that are in rotation and serve its model.
+
+Failure handling, and why:
+- A call that fails because the replica cannot be reached (gRPC UNAVAILABLE from the transport:
+  refused connection, lost connection, GOAWAY) or a probe that finds it not ready ejects the
+  replica: it leaves the rotation for a backoff (1 s, doubling per consecutive failure up to
+  30 s), then a probe (``ServerReady`` and its model list) decides whether it returns. Requests
+  pay for a dead replica at most once, instead of each one waiting for its own connect error.
+- A request that failed before its first token is tried once more on another replica. Never
+  after: the client has seen output, and a second generation would not continue it.
+- When no replica is in rotation, requests still go to the replicas that serve the model
+  ("panic mode"): refusing everything while Triton may be back already would turn a blip into an
+  outage, and with one replica this is exactly the single-endpoint behaviour.
+- A replica that leaves DNS (a pod going away: Kubernetes removes a terminating pod from a
+  headless Service first) leaves the rotation at once; its streams finish, then it is closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from gateway.backend.replicas.endpoints import EndpointSpec, resolve
+from gateway.backend.replicas.router import Choice, Route, Router
+from gateway.backend.types import Backend, BackendModel, GenerationChunk, GenerationRequest
+from gateway.errors import BackendUnavailableError, BackendUnreachableError, GatewayError
+
+logger = logging.getLogger(__name__)
+
+EJECT_BASE = 1.0
+EJECT_MAX = 30.0
+PROBE_TIMEOUT = 2.0
+TICK = 0.25
+"""Seconds between the pool's housekeeping rounds (due probes, due DNS lookups)."""
+HEALTH_INTERVAL = 5.0
+"""Seconds between readiness probes of a replica in rotation."""
+
+
+class RoutingObserver(Protocol):
+    """What the pool reports (``gateway.metrics`` implements it; the pool knows nothing of it)."""
+
+    def routed(self, replica: str, route: str, home: bool | None) -> None: ...
+
+    def retried(self, replica: str) -> None: ...
+
+    def ejected(self, replica: str) -> None: ...
+
+    def replica_up(self, replica: str, up: bool) -> None: ...
+
+    def replica_in_flight(self, replica: str, delta: int) -> None: ...
+
+
+@dataclass(eq=False)
+class Replica:
+    """One Triton server and what the pool knows of it."""
+
+    address: str
+    backend: Backend
+    in_flight: int = 0
+    up: bool = True
+    models: frozenset[str] | None = None
+    """Ready models there at the last listing; None before the first one (assumed to serve all)."""
+    failures: int = 0
+    """Consecutive ejections: the backoff doubles with each."""
+    next_probe: float = 0.0
+    """``time.monotonic()`` of the next readiness probe."""
+    retired: bool = False
+    """Gone from DNS: out of rotation for good, closed once its streams end."""
+
+    def serves(self, model: str) -> bool:
+        return self.models is None or model in self.models
+
+
+class ReplicaPool:
+    """A ``Backend`` over several Triton replicas."""
+
+    def __init__(
+        self,
+        specs: Sequence[EndpointSpec],
+        make_backend: Callable[[str], Backend],
+        router: Router,
+        *,
+        resolve_interval: float = 5.0,
+        observer: RoutingObserver | None = None,
+    ) -> None:
+        self._specs = tuple(specs)
+        self._make_backend = make_backend
+        self.router = router
+        self._resolve_interval = resolve_interval
+        self.observer = observer
+        self._replicas: dict[str, Replica] = {}
+        self._next_resolve = 0.0
+        self._housekeeping: asyncio.Task[None] | None = None
+        self._probing: set[asyncio.Task[None]] = set()
+
+    @property
+    def replicas(self) -> list[Replica]:
+        return list(self._replicas.values())
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self._discover()
+        self._housekeeping = asyncio.create_task(self._housekeep_forever())
+
+    async def close(self) -> None:
+        if self._housekeeping is not None:
+            self._housekeeping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._housekeeping
+        for task in list(self._probing):
+            task.cancel()
+        await asyncio.gather(*(r.backend.close() for r in self._replicas.values()), return_exceptions=True)
+        self._replicas.clear()
+
+    def abort_all(self, error: Exception) -> int:
+        return sum(r.backend.abort_all(error) for r in self._replicas.values())
+
+    # -- discovery and health ----------------------------------------------------------------
+
+    async def _discover(self) -> None:
+        """Resolve every entry; add new replicas, retire the ones DNS no longer lists."""
+        self._next_resolve = time.monotonic() + self._resolve_interval
+        found: list[str] = []
+        for spec in self._specs:
+            for address in await resolve(spec):
+                if address not in found:
+                    found.append(address)
+        changed = False
+        for address in found:
+            if address not in self._replicas:
+                replica = Replica(address, self._make_backend(address))
+                await replica.backend.start()
+                self._replicas[address] = replica
+                changed = True
+                if self.observer is not None:
+                    self.observer.replica_up(address, True)
+                logger.info("Triton replica %s joined", address)
+        for address, replica in list(self._replicas.items()):
+            if address not in found and not replica.retired:
+                replica.up, replica.retired = False, True
+                changed = True
+                if self.observer is not None:
+                    self.observer.replica_up(address, False)
+                logger.info("Triton replica %s left DNS; closed once its %d streams end", address, replica.in_flight)
+        if changed:
+            self.router.set_members([r for r in self._replicas.values() if not r.retired])
+        await self._close_retired()
+
+    async def _close_retired(self) -> None:
+        for address, replica in list(self._replicas.items()):
+            if replica.retired and replica.in_flight == 0:
+                del self._replicas[address]
+                await replica.backend.close()
+
+    async def _housekeep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(TICK)
+            try:
+                if any(s.resolve for s in self._specs) and time.monotonic() >= self._next_resolve:
+                    await self._discover()
+                else:
+                    await self._close_retired()
+                now = time.monotonic()
+                for replica in self._replicas.values():
+                    if not replica.retired and now >= replica.next_probe:
+                        replica.next_probe = now + HEALTH_INTERVAL  # not twice while one runs
+                        task = asyncio.create_task(self._probe(replica))
+                        self._probing.add(task)
+                        task.add_done_callback(self._probing.discard)
+            except Exception:  # a bug here must not stop health checking for good
+                logger.exception("replica housekeeping failed")
+
+    async def _probe(self, replica: Replica) -> None:
+        """Readiness and the model list: back in rotation when both answer, ejected when not."""
+        try:
+            ready = await asyncio.wait_for(replica.backend.server_ready(), PROBE_TIMEOUT)
+            models = await asyncio.wait_for(replica.backend.list_models(), PROBE_TIMEOUT * 2) if ready else None
+        except (TimeoutError, GatewayError):
+            ready, models = False, None
+        if replica.retired:
+            return
+        if not ready or models is None:
+            self._eject(replica, "not ready" if not ready else "cannot list its models")
+            return
+        replica.models = frozenset(m.name for m in models)
+        if not replica.up:
+            replica.up = True
+            replica.failures = 0
+            logger.info("Triton replica %s is back in rotation", replica.address)
+            if self.observer is not None:
+                self.observer.replica_up(replica.address, True)
+        replica.next_probe = time.monotonic() + HEALTH_INTERVAL
+
+    def _eject(self, replica: Replica, why: str) -> None:
+        """Out of rotation until a probe after the backoff finds it ready. Jittered, so replicas
+        ejected together (a network blip) are not all probed, and flooded, in the same instant."""
+        if not replica.up:
+            return
+        replica.up = False
+        replica.failures += 1
+        backoff = min(EJECT_MAX, EJECT_BASE * 2 ** (replica.failures - 1)) * random.uniform(0.8, 1.2)
+        replica.next_probe = time.monotonic() + backoff
+        logger.warning("Triton replica %s ejected for %.1f s: %s", replica.address, backoff, why)
+        if self.observer is not None:
+            self.observer.ejected(replica.address)
+            self.observer.replica_up(replica.address, False)
+
+    # -- the Backend protocol ----------------------------------------------------------------
+
+    async def server_ready(self) -> bool:
+        """Whether any replica is ready now (each is asked; the ones not ready are ejected)."""
+        live = [r for r in self._replicas.values() if not r.retired]
+        answers = await asyncio.gather(*(self._ready(r) for r in live))
+        return any(answers)
+
+    async def _ready(self, replica: Replica) -> bool:
+        try:
+            ready = await asyncio.wait_for(replica.backend.server_ready(), PROBE_TIMEOUT)
+        except TimeoutError:
+            ready = False
+        if not ready:
+            self._eject(replica, "not ready")
+        return ready
+
+    async def list_models(self) -> list[BackendModel]:
+        """The union of the replicas' ready models (the first replica listing a name describes
+        it: replicas of one deployment load the same configuration). Raises only when no replica
+        answers."""
+        live = [r for r in self._replicas.values() if not r.retired]
+        if not live:
+            raise BackendUnavailableError("no Triton replica is known (DNS lists none)", headers={"Retry-After": "1"})
+        answers = await asyncio.gather(*(r.backend.list_models() for r in live), return_exceptions=True)
+        union: dict[str, BackendModel] = {}
+        first_error: BaseException | None = None
+        for replica, answer in zip(live, answers, strict=True):
+            if isinstance(answer, BaseException):
+                if not isinstance(answer, GatewayError):
+                    raise answer
+                first_error = first_error or answer
+                if isinstance(answer, BackendUnavailableError):
+                    self._eject(replica, answer.message)
+                continue
+            replica.models = frozenset(m.name for m in answer)
+            for model in answer:
+                union.setdefault(model.name, model)
+        if first_error is not None and len(union) == 0 and all(isinstance(a, BaseException) for a in answers):
+            raise first_error
+        return list(union.values())
+
+    def _eligible(self, model: str, tried: set[Replica]) -> list[Replica]:
+        serving = [r for r in self._replicas.values() if not r.retired and r not in tried and r.serves(model)]
+        up = [r for r in serving if r.up]
+        return up or serving  # panic mode: none in rotation, try the ones that may be back
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[list[GenerationChunk]]:
+        tried: set[Replica] = set()
+        observer = self.observer
+        while True:
+            choice = self.router.choose(request.session_key, request.prompt, self._eligible(request.model, tried))
+            if choice is None:
+                raise BackendUnavailableError(
+                    f"no Triton replica serves the model '{request.model}' now", headers={"Retry-After": "1"}
+                )
+            replica = self._placed(request, choice)
+            replica.in_flight += 1
+            if observer is not None:
+                observer.replica_in_flight(replica.address, 1)
+            started = False
+            try:
+                async for batch in replica.backend.generate(request):
+                    started = True
+                    yield batch
+                return
+            except BackendUnavailableError as exc:
+                if isinstance(exc, BackendUnreachableError):
+                    self._eject(replica, exc.message)
+                elif replica.models is not None:  # the model is not ready there: until the next listing
+                    replica.models = replica.models - {request.model}
+                tried.add(replica)
+                if started or len(tried) > 1 or not self._eligible(request.model, tried):
+                    raise
+                logger.info("retrying elsewhere: %s failed before the first token (%s)", replica.address, exc.message)
+                if observer is not None:
+                    observer.retried(replica.address)
+            finally:
+                replica.in_flight -= 1
+                if observer is not None:
+                    observer.replica_in_flight(replica.address, -1)
+
+    def _placed(self, request: GenerationRequest, choice: Choice) -> Replica:
+        replica = choice.replica
+        assert isinstance(replica, Replica)
+        placement = request.placement
+        if placement is not None:
+            placement.replica = replica.address
+            placement.route = choice.route.value
+        if self.observer is not None:
+            self.observer.routed(replica.address, choice.route.value, choice.home)
+        return replica
+
+
+__all__ = ["ReplicaPool", "Replica", "RoutingObserver", "Route"]

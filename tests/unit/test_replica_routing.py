@@ -1,0 +1,273 @@
+"""Replica routing logic: endpoints, the bounded-load ring, the policies, and the pool's ejection
+and retry rules, over in-memory backends (the real three-Triton behaviour is in
+tests/integration/test_replicas.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+from collections.abc import AsyncIterator
+
+import pytest
+
+from gateway.backend.replicas.endpoints import EndpointSpec, parse_endpoints, resolve
+from gateway.backend.replicas.pool import ReplicaPool
+from gateway.backend.replicas.ring import HashRing, bounded_choice
+from gateway.backend.replicas.router import Policy, Route, Router
+from gateway.backend.types import GenerationChunk, GenerationRequest, Placement
+from gateway.errors import BackendUnavailableError, BackendUnreachableError, InvalidRequestError
+from tests.fakes import ScriptedBackend, text_chunks
+
+
+@dataclasses.dataclass(eq=False)
+class Member:
+    address: str
+    in_flight: int = 0
+
+
+# -- endpoints -------------------------------------------------------------------------------
+
+
+def test_endpoints_parse_fixed_and_dns_entries_once_each() -> None:
+    specs = parse_endpoints("a:1, dns:///svc.ns:8001,a:1,[::1]:9")
+    assert specs == (EndpointSpec("a", 1, False), EndpointSpec("svc.ns", 8001, True), EndpointSpec("[::1]", 9, False))
+
+
+@pytest.mark.anyio
+async def test_dns_entry_resolves_to_every_address_and_fixed_entry_to_itself() -> None:
+    assert await resolve(EndpointSpec("localhost", 8001, True)) in (
+        ["127.0.0.1:8001"],
+        ["127.0.0.1:8001", "[::1]:8001"],
+    )
+    assert await resolve(EndpointSpec("name.invalid", 8001, True)) == []
+    assert await resolve(EndpointSpec("name.invalid", 8001, False)) == ["name.invalid:8001"]
+
+
+# -- the ring ----------------------------------------------------------------------------------
+
+
+def test_ring_prefers_every_member_once_and_spreads_keys_evenly() -> None:
+    members = [Member(f"10.0.0.{i}:8001") for i in range(3)]
+    ring = HashRing(members, lambda m: m.address)
+    counts: collections.Counter[str] = collections.Counter()
+    for k in range(3000):
+        order = list(ring.preference(f"session-{k}"))
+        assert sorted(m.address for m in order) == sorted(m.address for m in members)
+        counts[order[0].address] += 1
+    assert all(800 <= c <= 1200 for c in counts.values()), counts
+
+
+def test_removing_a_member_moves_only_its_keys_and_they_come_back() -> None:
+    members = [Member(f"r{i}:1") for i in range(3)]
+    full = HashRing(members, lambda m: m.address)
+    without = HashRing(members[:2], lambda m: m.address)
+    keys = [f"k{i}" for i in range(500)]
+    before = {k: next(full.preference(k)).address for k in keys}
+    after = {k: next(without.preference(k)).address for k in keys}
+    moved = [k for k in keys if before[k] != after[k]]
+    assert moved and all(before[k] == "r2:1" for k in moved)
+    rebuilt = HashRing(members, lambda m: m.address)
+    assert {k: next(rebuilt.preference(k)).address for k in keys} == before
+
+
+def test_bounded_load_spills_a_hot_key_to_its_next_member() -> None:
+    members = [Member("a:1"), Member("b:1"), Member("c:1")]
+    ring = HashRing(members, lambda m: m.address)
+    preference = list(ring.preference("hot"))
+    home, second = preference[0], preference[1]
+    assert bounded_choice(preference, members, lambda m: m.in_flight, 1.25) == (home, True)
+    home.in_flight = 4  # bound = ceil(1.25 * 5 / 3) = 3
+    assert bounded_choice(preference, members, lambda m: m.in_flight, 1.25) == (second, False)
+
+
+def test_bounded_load_takes_an_idle_home_even_with_a_factor_of_one() -> None:
+    members = [Member("a:1"), Member("b:1")]
+    preference = list(HashRing(members, lambda m: m.address).preference("k"))
+    assert bounded_choice(preference, members, lambda m: m.in_flight, 1.0)[0] is preference[0]
+
+
+# -- the policies ------------------------------------------------------------------------------
+
+
+def test_affinity_routes_by_session_then_prefix_then_load() -> None:
+    members = [Member("a:1"), Member("b:1"), Member("c:1")]
+    router = Router(Policy.AFFINITY, prefix_chars=8, load_factor=1.25)
+    router.set_members(members)
+    keyed = router.choose("conversation-1", "whatever", members)
+    assert keyed is not None and keyed.route is Route.SESSION and keyed.home is True
+    assert all(router.choose("conversation-1", f"p{i}", members).replica is keyed.replica for i in range(20))  # type: ignore[union-attr]
+    by_prefix = [router.choose(None, "SYSTEM: " + tail, members) for tail in ("x", "y", "z")]
+    assert {c.route for c in by_prefix if c} == {Route.PREFIX}
+    assert len({c.replica.address for c in by_prefix if c}) == 1  # only the first 8 characters count
+    assert router.choose(None, "short", members).route is Route.LEAST_LOADED  # type: ignore[union-attr]
+    members[0].in_flight, members[1].in_flight = 3, 1
+    unkeyed = router.choose(None, "", members)
+    assert unkeyed is not None and unkeyed.route is Route.LEAST_LOADED and unkeyed.replica is members[2]
+
+
+def test_prefix_policy_ignores_the_session_key_and_round_robin_takes_turns() -> None:
+    members = [Member("a:1"), Member("b:1"), Member("c:1")]
+    prefix = Router(Policy.PREFIX, 6, 1.25)
+    prefix.set_members(members)
+    assert prefix.choose("session", "prompt", members).route is Route.PREFIX  # type: ignore[union-attr]
+    turns = Router(Policy.ROUND_ROBIN, 1024, 1.25)
+    picks = [turns.choose("s", "p", members).replica.address for _ in range(6)]  # type: ignore[union-attr]
+    assert picks == ["a:1", "b:1", "c:1"] * 2
+
+
+def test_least_loaded_rotates_ties() -> None:
+    members = [Member("a:1"), Member("b:1")]
+    router = Router(Policy.LEAST_LOADED, 1024, 1.25)
+    picks = {router.choose("s", "p", members).replica.address for _ in range(4)}  # type: ignore[union-attr]
+    assert picks == {"a:1", "b:1"}
+
+
+# -- the pool ----------------------------------------------------------------------------------
+
+
+class FailingBackend(ScriptedBackend):
+    """Refuses every call the way an unreachable Triton does (or with ``error``)."""
+
+    def __init__(self, error: Exception | None = None, *, after_first: bool = False) -> None:
+        super().__init__(chunks=text_chunks(b"x"))
+        self.error = error or BackendUnreachableError("Triton is unavailable: cannot connect")
+        self.after_first = after_first
+        self.calls = 0
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[list[GenerationChunk]]:
+        self.calls += 1
+        if self.after_first:
+            yield [text_chunks(b"partial", reason="")[0]]
+        raise self.error
+
+
+def request(session: str | None = "s1", model: str = "m") -> GenerationRequest:
+    return GenerationRequest("r", model, "prompt", {}, session_key=session, placement=Placement())
+
+
+async def pool_of(backends: dict[str, ScriptedBackend], policy: Policy = Policy.AFFINITY) -> ReplicaPool:
+    pool = ReplicaPool(
+        parse_endpoints(",".join(backends)), lambda address: backends[address], Router(policy, 1024, 1.25)
+    )
+    await pool._discover()  # no housekeeping task: the test drives time
+    return pool
+
+
+async def drain(pool: ReplicaPool, req: GenerationRequest) -> list[GenerationChunk]:
+    return [chunk async for batch in pool.generate(req) for chunk in batch]
+
+
+@pytest.mark.anyio
+async def test_a_replica_that_cannot_be_reached_is_ejected_and_the_request_retried_once() -> None:
+    backends: dict[str, ScriptedBackend] = {
+        "a:1": ScriptedBackend(text_chunks(b"ok")),
+        "b:1": ScriptedBackend(text_chunks(b"ok")),
+    }
+    pool = await pool_of(backends)
+    home = next(pool.router._ring.preference("s\0s1")).address  # type: ignore[attr-defined]
+    backends[home] = dead = FailingBackend()
+    pool._replicas[home].backend = dead
+    req = request()
+    assert b"".join(c.text[0] for c in await drain(pool, req)) == b"ok"
+    assert req.placement is not None and req.placement.replica != home
+    assert dead.calls == 1 and pool._replicas[home].up is False
+    await drain(pool, request())  # ejected: not tried again until a probe brings it back
+    assert dead.calls == 1
+
+
+@pytest.mark.anyio
+async def test_a_request_that_streamed_is_never_retried() -> None:
+    backends: dict[str, ScriptedBackend] = {
+        "a:1": FailingBackend(after_first=True),
+        "b:1": FailingBackend(after_first=True),
+    }
+    pool = await pool_of(backends)
+    with pytest.raises(BackendUnreachableError):
+        await drain(pool, request())
+    assert sum(b.calls for b in backends.values()) == 1  # type: ignore[attr-defined]
+
+
+@pytest.mark.anyio
+async def test_a_request_error_is_not_retried_and_ejects_nothing() -> None:
+    backends: dict[str, ScriptedBackend] = {
+        "a:1": FailingBackend(InvalidRequestError("bad")),
+        "b:1": FailingBackend(InvalidRequestError("bad")),
+    }
+    pool = await pool_of(backends)
+    with pytest.raises(InvalidRequestError):
+        await drain(pool, request())
+    assert sum(b.calls for b in backends.values()) == 1  # type: ignore[attr-defined]
+    assert all(r.up for r in pool.replicas)
+
+
+@pytest.mark.anyio
+async def test_model_missing_on_a_replica_is_retried_without_ejecting_it() -> None:
+    missing = FailingBackend(BackendUnavailableError("unknown model"))
+    backends: dict[str, ScriptedBackend] = {"a:1": missing, "b:1": ScriptedBackend(text_chunks(b"ok"))}
+    pool = await pool_of(backends, Policy.ROUND_ROBIN)
+    await pool.list_models()
+    await drain(pool, request())
+    await drain(pool, request())  # not sent there again until its model list says it has it
+    assert missing.calls == 1 and all(r.up for r in pool.replicas)
+    await pool.list_models()
+    await drain(pool, request())
+    await drain(pool, request())
+    assert missing.calls == 2
+
+
+@pytest.mark.anyio
+async def test_requests_go_only_to_replicas_that_list_the_model() -> None:
+    backends: dict[str, ScriptedBackend] = {
+        "a:1": ScriptedBackend(text_chunks(b"a"), models=("m",)),
+        "b:1": ScriptedBackend(text_chunks(b"b"), models=("m", "other")),
+    }
+    pool = await pool_of(backends, Policy.ROUND_ROBIN)
+    assert sorted(m.name for m in await pool.list_models()) == ["m", "other"]
+    for _ in range(4):
+        req = request(model="other")
+        await drain(pool, req)
+        assert req.placement is not None and req.placement.replica == "b:1"
+
+
+@pytest.mark.anyio
+async def test_an_ejected_replica_returns_after_a_successful_probe() -> None:
+    backends: dict[str, ScriptedBackend] = {
+        "a:1": ScriptedBackend(text_chunks(b"a")),
+        "b:1": ScriptedBackend(text_chunks(b"b")),
+    }
+    pool = await pool_of(backends)
+    replica = pool._replicas["a:1"]
+    backends["a:1"].ready = False
+    assert await pool.server_ready() is True  # b is ready; a is ejected by asking
+    assert replica.up is False and replica.failures == 1
+    backends["a:1"].ready = True
+    await pool._probe(replica)
+    assert replica.up is True and replica.failures == 0
+
+
+@pytest.mark.anyio
+async def test_with_every_replica_ejected_requests_still_try_them() -> None:
+    backends: dict[str, ScriptedBackend] = {"a:1": ScriptedBackend(text_chunks(b"a"), ready=False)}
+    pool = await pool_of(backends)
+    assert await pool.server_ready() is False
+    assert pool.replicas[0].up is False
+    assert b"".join(c.text[0] for c in await drain(pool, request())) == b"a"
+
+
+@pytest.mark.anyio
+async def test_in_flight_counts_follow_the_generation() -> None:
+    gate = asyncio.Event()
+
+    class Slow(ScriptedBackend):
+        async def generate(self, request: GenerationRequest) -> AsyncIterator[list[GenerationChunk]]:
+            await gate.wait()
+            yield text_chunks(b"x")
+
+    pool = await pool_of({"a:1": Slow()})
+    task = asyncio.ensure_future(drain(pool, request()))
+    await asyncio.sleep(0.01)
+    assert pool.replicas[0].in_flight == 1
+    gate.set()
+    await task
+    assert pool.replicas[0].in_flight == 0
