@@ -30,7 +30,11 @@ With ``--system-chars`` above the gateway's ``routing_prefix_chars`` (1024 by de
 conversation's prefix hash is the same, so ``prefix`` sends every conversation to one replica until
 its bounded load spills: that is what prefix routing does with a long shared system prompt.
 
-Run:  .venv/bin/python bench/affinity.py                          (about 3 minutes)
+The default prefill, 200 µs per uncached character (about 800 µs a token), is slower than a real
+GPU's so that prefill, not the CPU these 2 cores share between 3 Tritons, the gateway and the
+client, decides the TTFT: at 6 streams and no prefill the TTFT p50 is already about 65 ms here.
+
+Run:  .venv/bin/python bench/affinity.py                          (about 2 minutes)
       .venv/bin/python bench/affinity.py --policies affinity --conversations 10
 """
 
@@ -43,6 +47,7 @@ import os
 import random
 import re
 import shutil
+import socket
 import statistics
 import sys
 import tempfile
@@ -50,7 +55,7 @@ import threading
 import time
 import urllib.request
 from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +94,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--user-chars", type=int, default=150, help="mean user message length")
     parser.add_argument("--max-tokens", type=int, default=32, help="answer length (4 characters a token)")
     parser.add_argument("--session-key", choices=SESSION_KEYS, default="header")
-    parser.add_argument("--prefill-us-per-char", type=float, default=50.0)
+    parser.add_argument(
+        "--prefill-us-per-char",
+        type=float,
+        default=200.0,
+        help="simulated prefill per uncached character (large enough to dominate this machine's own TTFT)",
+    )
     parser.add_argument("--cache-blocks", type=int, default=4096, help="per replica")
     parser.add_argument("--block-chars", type=int, default=16)
     parser.add_argument("--gateway-arg", action="append", default=[], help="extra gateway flag (repeatable)")
@@ -135,14 +145,36 @@ def in_parallel(function: Any, servers: list[Any]) -> None:
         raise errors[0]
 
 
+def distinct_ports(count: int) -> list[int]:
+    """``count`` free ports, all different: each socket stays bound until all are picked.
+
+    Servers started at once that each pick their own free ports can pick the same one (a port is
+    free again as soon as the picker closes it); one Triton then fails to bind its metrics port
+    after it said it was ready, and dies."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sockets.append(sock)
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
 def start_replicas(repository: Path, workdir: Path, count: int) -> list[Any]:
     """``count`` tritonservers started together (each takes seconds to load its stub)."""
     from gateway.triton_launcher import TritonServer
 
+    ports = distinct_ports(3 * count)
     servers = [
         TritonServer(
             repository,
             log_file=workdir / f"triton-{index}.log",
+            grpc_port=ports[3 * index],
+            http_port=ports[3 * index + 1],
+            metrics_port=ports[3 * index + 2],
             extra_args=("--model-control-mode=explicit", f"--load-model={MODEL}"),
         )
         for index in range(count)
@@ -433,7 +465,10 @@ def run_policy(
         "replica_headers": dict(Counter(t.replica or "-" for t in turns)),
         "counters": totals,
         "load_average": os.getloadavg(),
-        "turns": [{k: v for k, v in asdict(t).items() if k not in ("messages", "answer")} for t in turns],
+        "ttft_p50_ms_by_turn": {
+            n: _percentile([t.ttft_s * 1000 for t in ok if t.turn == n and t.ttft_s is not None], 50)
+            for n in range(1, args.turns + 1)
+        },
     }
 
 
