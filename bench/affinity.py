@@ -4,7 +4,7 @@ Issue 15. Starts ``--replicas`` tritonservers at once, each serving only the tes
 ``prefix_cache`` (tests/triton_models/prefix_cache: a vLLM-style block prefix cache per server,
 which charges ``--prefill-us-per-char`` µs of prefill per uncached prompt character, one prefill at
 a time per server). Then, for each ``--policies`` entry, it reloads the model on every replica
-(empty caches, counters at 0), starts one gateway with
+(a new instance: empty caches; counters are read as deltas), starts one gateway with
 ``--triton-url h1:p1,h2:p2,h3:p3 --routing-policy <policy>`` and runs the same workload:
 
 * ``--conversations`` conversations of ``--turns`` turns on ``/v1/chat/completions`` (streaming),
