@@ -1,7 +1,7 @@
 """Integration fixtures: one real tritonserver for the session, the gateway as a real HTTP server.
 
 Triton serves the shipped reference repository (``triton_models/reference``: the tiny LM with its
-LoRA adapters) and the test-only models in ``tests/triton_models`` (scripted replay, firehose).
+LoRA adapters) and the test-only models in ``tests/triton_models`` (scripted replay, firehose, prefix_cache…).
 The gateway runs as its own process, exactly as a user starts it, and tests reach it over HTTP
 with the official ``openai`` SDK and raw ``httpx``. Nothing is skipped: if Triton cannot start,
 the fixture fails loudly with its log.
