@@ -47,7 +47,6 @@ import os
 import random
 import re
 import shutil
-import socket
 import statistics
 import sys
 import tempfile
@@ -145,36 +144,14 @@ def in_parallel(function: Any, servers: list[Any]) -> None:
         raise errors[0]
 
 
-def distinct_ports(count: int) -> list[int]:
-    """``count`` free ports, all different: each socket stays bound until all are picked.
-
-    Servers started at once that each pick their own free ports can pick the same one (a port is
-    free again as soon as the picker closes it); one Triton then fails to bind its metrics port
-    after it said it was ready, and dies."""
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sockets.append(sock)
-            sock.bind(("127.0.0.1", 0))
-        return [int(sock.getsockname()[1]) for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
 def start_replicas(repository: Path, workdir: Path, count: int) -> list[Any]:
     """``count`` tritonservers started together (each takes seconds to load its stub)."""
     from gateway.triton_launcher import TritonServer
 
-    ports = distinct_ports(3 * count)
-    servers = [
+    servers = [  # the launcher never picks one port twice in a process, so they can start together
         TritonServer(
             repository,
             log_file=workdir / f"triton-{index}.log",
-            grpc_port=ports[3 * index],
-            http_port=ports[3 * index + 1],
-            metrics_port=ports[3 * index + 2],
             extra_args=("--model-control-mode=explicit", f"--load-model={MODEL}"),
         )
         for index in range(count)

@@ -213,11 +213,23 @@ def check_stub_numpy(stub_bin: Path) -> None:
         )
 
 
+_HANDED_OUT: set[int] = set()
+_HANDED_OUT_LOCK = threading.Lock()
+
+
 def free_port() -> int:
-    """A port the kernel just handed out; good enough for tests and a local default."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A port the kernel just handed out, and never one this process handed out before: servers
+    started at once (several Tritons in threads) each pick three, and the kernel may give a port
+    back as soon as its picker closed it; two Tritons on one metrics port means one dies after it
+    said it was ready, which no retry here sees."""
+    with _HANDED_OUT_LOCK:
+        while True:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.bind(("127.0.0.1", 0))
+                port = int(sock.getsockname()[1])
+            if port not in _HANDED_OUT:
+                _HANDED_OUT.add(port)
+                return port
 
 
 @dataclass

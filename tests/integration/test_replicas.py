@@ -163,6 +163,37 @@ def test_a_dns_name_is_every_address_it_resolves_to(tritons: list[TritonServer],
         stop_gateway(process)
 
 
+def test_a_replica_unloads_its_model_after_answering_through_the_gateway(
+    gateway: GatewayProcess, tritons: list[TritonServer]
+) -> None:
+    """The gateway's calls leave nothing behind in a replica: after streamed and whole answers its
+    model unloads at once (Triton 2.51 hangs an unload while a call it holds is not closed), and
+    once loaded again the gateway sends the replica its sessions again."""
+    replica = tritons[2]
+    key = next(k for k in (f"unload-{i}" for i in range(200)) if home_of(gateway, k) == replica.grpc_url)
+    for stream in (False, True):
+        body = {"model": MODEL, "stream": stream, "messages": [{"role": "user", "content": script(f"{key}.{stream}")}]}
+        assert (
+            httpx.post(gateway.url + "/v1/chat/completions", json=body, headers={"X-Session-Id": key}).status_code
+            == 200
+        )
+    repository = f"http://127.0.0.1:{replica.http_port}/v2/repository/models/{MODEL}"
+    assert httpx.post(repository + "/unload", timeout=30).status_code == 200
+    deadline = time.monotonic() + 10
+    while httpx.get(f"http://127.0.0.1:{replica.http_port}/v2/models/{MODEL}/ready").status_code == 200:
+        assert time.monotonic() < deadline, "the model was never unloaded"
+        time.sleep(0.1)
+    assert httpx.post(repository + "/load", timeout=60).status_code == 200
+    deadline = time.monotonic() + 15
+    while home_of(gateway, key) != replica.grpc_url:  # back in the gateway's list for the replica
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+
+
+def home_of(gateway: GatewayProcess, key: str) -> str:
+    return chat(gateway, script(f"{key}.where"), headers={"X-Session-Id": key}).headers["x-gateway-replica"]
+
+
 def test_a_killed_replica_costs_nothing_that_had_not_started_and_rejoins(
     gateway: GatewayProcess, tritons: list[TritonServer]
 ) -> None:
