@@ -26,9 +26,9 @@ by more than one replica (from the replicas' logs), and the gateway's ``x-gatewa
 counts. ``ceiling`` is the hit rate of one unbounded cache that saw every request in order: no
 routing can beat it (each new user message is uncached by definition).
 
-With ``--system-chars`` above the gateway's ``routing_prefix_chars`` (1024 by default) every
-conversation's prefix hash is the same, so ``prefix`` sends every conversation to one replica until
-its bounded load spills: that is what prefix routing does with a long shared system prompt.
+Every conversation opens with the same system prompt, so the prefix route first sends new
+conversations where that prompt is warm, until the load bound spreads them; their later turns then
+follow their own longest match. Results and how the routing got there: bench/results/affinity.md.
 
 The default prefill, 200 µs per uncached character (about 800 µs a token), is slower than a real
 GPU's so that prefill, not the CPU these 2 cores share between 3 Tritons, the gateway and the

@@ -107,19 +107,23 @@ class Settings(BaseSettings):
     """How a request picks among several Triton replicas. ``affinity``: a session key
     (``X-Session-Id`` header, else ``prompt_cache_key``, else ``user``, else the Responses
     conversation of ``previous_response_id``) keeps a conversation on one replica, where its KV
-    cache is; else the prompt's prefix does; else the least busy replica. ``prefix``: the prefix,
+    cache is; else the prompt goes where its longest prefix was sent before; else to the least
+    busy replica. ``prefix``: the prefix,
     else the least busy. ``least_loaded``: fewest requests in flight. ``round_robin``: in turn.
-    Keyed choices use consistent hashing with bounded load (``routing_load_factor``)."""
+    Session keys use consistent hashing (every gateway process agrees); both keyed routes respect
+    a load bound (``routing_load_factor``)."""
 
-    routing_prefix_chars: int = Field(default=1024, ge=1)
-    """How many characters of the rendered prompt the prefix route hashes (about a quarter as many
-    tokens). Prompts that share their first this-many characters go to one replica; a prompt
-    shorter than this has no prefix worth following and is placed by load."""
+    routing_prefix_chars: int = Field(default=16384, ge=256)
+    """How much of the rendered prompt the prefix route looks at, in characters (about a quarter as
+    many tokens): in 256-character blocks, a prompt goes to the replica where the longest run of
+    its leading blocks was sent before. Longer tells more conversations apart behind a long
+    shared system prompt and costs more hashing per request (about 0.2 µs per block)."""
 
     routing_load_factor: float = Field(default=1.25, ge=1.0)
     """Bounded load: a replica takes a keyed request only while its in-flight count is under this
-    factor times the average (counting the new request) or under 4; beyond it the key spills to
-    its next replica, so one hot conversation or system prompt cannot overload one Triton."""
+    factor times the average (counting the new request), or under 8 (a session) or 4 (a prefix);
+    beyond it the key spills to its next choice, so one hot conversation or system prompt cannot
+    overload one Triton."""
 
     embedded: bool = False
     """Start a local tritonserver (from the nvidia-pytriton wheel) against ``model_repository``

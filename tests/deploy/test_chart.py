@@ -269,7 +269,7 @@ def test_default_values_pass_the_schema_and_unknown_keys_do_not(chart: Any, helm
         {"policy": "Affinity"},  # the gateway's names, as it spells them
         {"policy": "least-loaded"},
         {"policy": 1},
-        {"prefixChars": 0},
+        {"prefixChars": 100},
         {"prefixChars": 512.5},
         {"loadFactor": 0.8},  # below 1 a replica could take less than its share
         {"resolveInterval": 0},

@@ -13,8 +13,9 @@ import pytest
 
 from gateway.backend.replicas.endpoints import EndpointSpec, parse_endpoints, resolve
 from gateway.backend.replicas.pool import ReplicaPool
+from gateway.backend.replicas.prefixes import PrefixTable, block_hashes
 from gateway.backend.replicas.ring import HashRing, bounded_choice
-from gateway.backend.replicas.router import Policy, Route, Router
+from gateway.backend.replicas.router import PREFIX_MIN_BOUND, SESSION_MIN_BOUND, Policy, Route, Router
 from gateway.backend.types import GenerationChunk, GenerationRequest, Placement
 from gateway.errors import BackendUnavailableError, BackendUnreachableError, InvalidRequestError
 from tests.fakes import ScriptedBackend, text_chunks
@@ -76,19 +77,19 @@ def test_bounded_load_spills_a_hot_key_to_its_next_member() -> None:
     ring = HashRing(members, lambda m: m.address)
     preference = list(ring.preference("hot"))
     home, second = preference[0], preference[1]
-    assert bounded_choice(preference, members, lambda m: m.in_flight, 1.25) == (home, True)
-    home.in_flight = 3  # under MIN_BOUND: a light load never spills
-    assert bounded_choice(preference, members, lambda m: m.in_flight, 1.25) == (home, True)
-    home.in_flight = 8  # bound = max(4, ceil(1.25 * 9 / 3) = 4)
-    assert bounded_choice(preference, members, lambda m: m.in_flight, 1.25) == (second, False)
-    second.in_flight = 7  # bound = ceil(1.25 * 16 / 3) = 7: the third is the first under it
-    assert bounded_choice(preference, members, lambda m: m.in_flight, 1.25) == (preference[2], False)
+    assert bounded_choice(preference, members, lambda m: m.in_flight, 1.25, SESSION_MIN_BOUND) == (home, True)
+    home.in_flight = 3  # under the floor: a light load never spills
+    assert bounded_choice(preference, members, lambda m: m.in_flight, 1.25, SESSION_MIN_BOUND) == (home, True)
+    home.in_flight = 8  # bound = max(SESSION_MIN_BOUND = 8, ceil(1.25 * 9 / 3) = 4)
+    assert bounded_choice(preference, members, lambda m: m.in_flight, 1.25, SESSION_MIN_BOUND) == (second, False)
+    second.in_flight = 8  # bound = max(8, ceil(1.25 * 17 / 3) = 8): the third is the first under it
+    assert bounded_choice(preference, members, lambda m: m.in_flight, 1.25, SESSION_MIN_BOUND) == (preference[2], False)
 
 
 def test_bounded_load_takes_an_idle_home_even_with_a_factor_of_one() -> None:
     members = [Member("a:1"), Member("b:1")]
     preference = list(HashRing(members, lambda m: m.address).preference("k"))
-    assert bounded_choice(preference, members, lambda m: m.in_flight, 1.0)[0] is preference[0]
+    assert bounded_choice(preference, members, lambda m: m.in_flight, 1.0, SESSION_MIN_BOUND)[0] is preference[0]
 
 
 # -- the policies ------------------------------------------------------------------------------
@@ -96,14 +97,16 @@ def test_bounded_load_takes_an_idle_home_even_with_a_factor_of_one() -> None:
 
 def test_affinity_routes_by_session_then_prefix_then_load() -> None:
     members = [Member("a:1"), Member("b:1"), Member("c:1")]
-    router = Router(Policy.AFFINITY, prefix_chars=8, load_factor=1.25)
+    router = Router(Policy.AFFINITY, prefix_chars=4096, load_factor=1.25)
     router.set_members(members)
     keyed = router.choose("conversation-1", "whatever", members)
     assert keyed is not None and keyed.route is Route.SESSION and keyed.home is True
     assert all(router.choose("conversation-1", f"p{i}", members).replica is keyed.replica for i in range(20))  # type: ignore[union-attr]
-    by_prefix = [router.choose(None, "SYSTEM: " + tail, members) for tail in ("x", "y", "z")]
-    assert {c.route for c in by_prefix if c} == {Route.PREFIX}
-    assert len({c.replica.address for c in by_prefix if c}) == 1  # only the first 8 characters count
+    system = "S" * 600
+    first = router.choose(None, system + "question one", members)
+    assert first is not None and first.route is Route.LEAST_LOADED  # nothing seen yet: load places it
+    again = [router.choose(None, system + tail, members) for tail in ("question two", "question three")]
+    assert [(c.route, c.replica, c.home) for c in again if c] == [(Route.PREFIX, first.replica, True)] * 2
     assert router.choose(None, "short", members).route is Route.LEAST_LOADED  # type: ignore[union-attr]
     members[0].in_flight, members[1].in_flight = 3, 1
     unkeyed = router.choose(None, "", members)
@@ -112,9 +115,10 @@ def test_affinity_routes_by_session_then_prefix_then_load() -> None:
 
 def test_prefix_policy_ignores_the_session_key_and_round_robin_takes_turns() -> None:
     members = [Member("a:1"), Member("b:1"), Member("c:1")]
-    prefix = Router(Policy.PREFIX, 6, 1.25)
+    prefix = Router(Policy.PREFIX, 4096, 1.25)
     prefix.set_members(members)
-    assert prefix.choose("session", "prompt", members).route is Route.PREFIX  # type: ignore[union-attr]
+    prefix.choose("session", "p" * 300, members)
+    assert prefix.choose("session", "p" * 300, members).route is Route.PREFIX  # type: ignore[union-attr]
     turns = Router(Policy.ROUND_ROBIN, 1024, 1.25)
     picks = [turns.choose("s", "p", members).replica.address for _ in range(6)]  # type: ignore[union-attr]
     assert picks == ["a:1", "b:1", "c:1"] * 2
@@ -125,6 +129,34 @@ def test_least_loaded_rotates_ties() -> None:
     router = Router(Policy.LEAST_LOADED, 1024, 1.25)
     picks = {router.choose("s", "p", members).replica.address for _ in range(4)}  # type: ignore[union-attr]
     assert picks == {"a:1", "b:1"}
+
+
+def test_prefix_route_follows_the_longest_match_and_spreads_a_shared_system_prompt_by_load() -> None:
+    members = [Member("a:1"), Member("b:1"), Member("c:1")]
+    router = Router(Policy.PREFIX, 1 << 16, 1.0)
+    router.set_members(members)
+    system = "You are a helpful assistant. " * 40  # ~1.2k characters, shared by every conversation
+    homes = {}
+    for conversation in range(2 * PREFIX_MIN_BOUND + 1):
+        member = router.choose(None, system + f"conversation {conversation} " * 30, members).replica  # type: ignore[union-attr]
+        member.in_flight += 1  # type: ignore[attr-defined]  # still running: the next one is placed by load too
+        homes[conversation] = member.address
+    # The warm replica takes conversations up to the load bound, then the least busy one warms up.
+    assert sorted(collections.Counter(homes.values()).values()) == [1, PREFIX_MIN_BOUND, PREFIX_MIN_BOUND]
+    for member in members:
+        member.in_flight = 0
+    for conversation, home in homes.items():  # later turns: the whole earlier turn is a prefix
+        turn = system + f"conversation {conversation} " * 30 + "answer and the next question " * 20
+        choice = router.choose(None, turn, members)
+        assert choice is not None and (choice.replica.address, choice.route, choice.home) == (home, Route.PREFIX, True)
+
+
+def test_prefix_table_forgets_a_prompts_tail_before_its_head() -> None:
+    table = PrefixTable(capacity=4)
+    first = block_hashes("a" * 256 * 3)
+    table.add(first)
+    table.add(block_hashes("b" * 256 * 2))
+    assert table.matched(first) == 2 and len(table) == 4
 
 
 # -- the pool ----------------------------------------------------------------------------------

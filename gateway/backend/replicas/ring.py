@@ -6,7 +6,7 @@ leaves, only the keys it held move (to their next member), and when it returns e
 keys move back; every other conversation keeps its warm cache. Why bounded: a key takes the
 first preferred replica whose load is under ``ceil(factor × (total + 1) / members)``, so one hot
 session or one shared system prompt spills to its next replica instead of piling onto one
-(below ``MIN_BOUND`` nothing spills).
+(below a floor the router sets, nothing spills).
 
 Every gateway process builds the same ring from the same member names (the hash is keyed by
 nothing but the name), so workers and gateway replicas agree on where a key lives without
@@ -22,12 +22,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Generic, TypeVar
 
 M = TypeVar("M")
-
-MIN_BOUND = 4
-"""A replica running fewer requests than this is never too loaded for its keys: an inference
-server batches many requests at once, and spilling a conversation off its warm cache at such a
-light load would trade a sure cache hit for nothing (the paper's bound alone would spill the
-second request of a session when it is the only traffic)."""
 
 VIRTUAL_NODES = 100
 """Points per member: enough that three members each own close to a third of the ring."""
@@ -70,18 +64,22 @@ class HashRing(Generic[M]):
                     return
 
 
+def load_bound(members: Sequence[M], load: Callable[[M], int], factor: float, floor: int) -> int:
+    """The in-flight count at which a member is too busy to take a keyed request: ``factor``
+    times the mean counting the request being placed, and at least ``floor``."""
+    total = sum(load(m) for m in members)
+    return max(floor, math.ceil(factor * (total + 1) / len(members)))
+
+
 def bounded_choice(
-    preference: Iterable[M], eligible: Sequence[M], load: Callable[[M], int], factor: float
+    preference: Iterable[M], eligible: Sequence[M], load: Callable[[M], int], factor: float, floor: int
 ) -> tuple[M, bool]:
     """The first preferred member among ``eligible`` (not empty) whose load is under the bound,
     and whether it is the key's home (its first eligible member). An eligible member missing from
     the ring (it joined since the ring was built) is taken only when no ring member is under the
-    bound.
-
-    The bound counts the request being placed (``total + 1``), and is at least ``MIN_BOUND``."""
+    bound (``load_bound``)."""
     allowed = set(map(id, eligible))
-    total = sum(load(m) for m in eligible)
-    bound = max(MIN_BOUND, math.ceil(factor * (total + 1) / len(eligible)))
+    bound = load_bound(eligible, load, factor, floor)
     home = True
     for member in preference:
         if id(member) not in allowed:

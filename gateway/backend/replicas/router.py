@@ -2,14 +2,16 @@
 
 ``affinity`` (the default) tries, in order: the request's session key (its conversation), the
 prefix of its prompt, then the least busy replica. A session key keeps every turn of a
-conversation where its KV cache is; the prefix sends prompts that open alike (a shared system
-prompt, a growing agent transcript) where that prefix was last computed; with neither, load
-decides. Only a prompt at least ``prefix_chars`` long has a prefix worth following: shorter ones
-cost little to prefill anywhere, and hashing them whole would only pin identical prompts
-together, so load places them. Keyed choices go through consistent hashing with bounded load
-(``ring.py``). ``prefix``
-skips the session key, ``least_loaded`` and ``round_robin`` ignore both: they are there to
-compare against, and for backends without a prefix cache.
+conversation where its KV cache is, by consistent hashing with bounded load (``ring.py``): every
+gateway process and worker agrees on it without sharing anything. The prefix route sends a
+prompt where the longest run of its leading blocks was sent before (``prefixes.py``): a turn
+where its previous turn ran, a question behind a shared system prompt where that prompt is warm;
+a prompt nothing matches (or shorter than one block) goes to the least busy replica, and is
+remembered there. ``prefix`` skips the session key; ``least_loaded`` and ``round_robin`` ignore
+both: they are there to compare against, and for backends without a prefix cache.
+
+Both keyed routes respect the same load bound: a replica at or over it is passed over for the
+next best (``bounded_choice``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
 
-from gateway.backend.replicas.ring import HashRing, bounded_choice
+from gateway.backend.replicas.prefixes import BLOCK_CHARS, PrefixTable, block_hashes
+from gateway.backend.replicas.ring import HashRing, bounded_choice, load_bound
 
 
 class Policy(str, Enum):
@@ -49,8 +52,21 @@ class Choice:
     replica: Candidate
     route: Route
     home: bool | None
-    """For a keyed route: whether the key's home replica took it (False: load or an ejection
-    moved it). None for unkeyed routes."""
+    """For a keyed route: whether the key's home replica (the session's ring position, the
+    prompt's best prefix match) took it (False: load or an ejection moved it). None otherwise."""
+
+
+SESSION_MIN_BOUND = 8
+"""A replica running fewer requests than this is never too busy for a session's next turn. A
+conversation sends one request at a time, and moving it loses its whole cache, while an
+inference server batches many requests at once: spilling at such a light load would trade a sure
+hit for nothing (the bound alone, ceil(1.25 x 2 / 3) = 1, would move a session's turn whenever
+another request is running on its replica)."""
+
+PREFIX_MIN_BOUND = 4
+"""The same floor for the prefix route, lower: a shared prefix (a system prompt) draws many
+requests at once, so it must spread sooner, and a spill loses only what is shared, which the
+next replica caches after one request."""
 
 
 def _load(candidate: Candidate) -> int:
@@ -58,19 +74,23 @@ def _load(candidate: Candidate) -> int:
 
 
 class Router:
-    """Picks among candidates the pool says are eligible; keeps only the ring and a counter."""
+    """Picks among candidates the pool says are eligible; keeps the ring, each replica's prefix
+    table and a counter."""
 
     def __init__(self, policy: Policy, prefix_chars: int, load_factor: float) -> None:
         self.policy = policy
         self._prefix_chars = prefix_chars
         self._load_factor = load_factor
         self._ring: HashRing[Candidate] = HashRing((), lambda c: c.address)
+        self._tables: dict[str, PrefixTable] = {}
         self._turn = itertools.count()
 
     def set_members(self, members: Sequence[Candidate]) -> None:
         """Every known replica, up or not: an ejected one keeps its place on the ring, so its
         keys come back to it when it returns."""
         self._ring = HashRing(members, lambda c: c.address)
+        addresses = {m.address for m in members}
+        self._tables = {a: self._tables.get(a) or PrefixTable() for a in addresses}
 
     def choose(self, session_key: str | None, prompt: str, eligible: Sequence[Candidate]) -> Choice | None:
         if not eligible:
@@ -78,15 +98,34 @@ class Router:
         policy = self.policy
         if policy is Policy.AFFINITY and session_key:
             return self._keyed("s\0" + session_key, Route.SESSION, eligible)
-        if policy in (Policy.AFFINITY, Policy.PREFIX) and len(prompt) >= self._prefix_chars:
-            return self._keyed("p\0" + prompt[: self._prefix_chars], Route.PREFIX, eligible)
+        if policy in (Policy.AFFINITY, Policy.PREFIX) and len(prompt) >= BLOCK_CHARS:
+            return self._by_prefix(block_hashes(prompt[: self._prefix_chars]), eligible)
         if policy is Policy.ROUND_ROBIN:
             return Choice(eligible[next(self._turn) % len(eligible)], Route.ROUND_ROBIN, None)
         return Choice(self._least_loaded(eligible), Route.LEAST_LOADED, None)
 
     def _keyed(self, key: str, route: Route, eligible: Sequence[Candidate]) -> Choice:
-        replica, home = bounded_choice(self._ring.preference(key), eligible, _load, self._load_factor)
+        preference = self._ring.preference(key)
+        replica, home = bounded_choice(preference, eligible, _load, self._load_factor, SESSION_MIN_BOUND)
         return Choice(replica, route, home)
+
+    def _by_prefix(self, hashes: list[int], eligible: Sequence[Candidate]) -> Choice:
+        tables = self._tables
+        scored = [(tables[c.address].matched(hashes) if c.address in tables else 0, c) for c in eligible]
+        best = max(score for score, _ in scored)
+        if best == 0:
+            choice = Choice(self._least_loaded(eligible), Route.LEAST_LOADED, None)
+        else:
+            bound = load_bound(eligible, _load, self._load_factor, PREFIX_MIN_BOUND)
+            # Longest match first, the less busy first among equal matches (a system prompt warm
+            # everywhere: load decides).
+            ranked = sorted(scored, key=lambda pair: (-pair[0], pair[1].in_flight))
+            score, replica = next(((s, c) for s, c in ranked if c.in_flight < bound), (0, self._least_loaded(eligible)))
+            choice = Choice(replica, Route.PREFIX, score == best)
+        table = tables.get(choice.replica.address)
+        if table is not None:
+            table.add(hashes)
+        return choice
 
     def _least_loaded(self, eligible: Sequence[Candidate]) -> Candidate:
         # Ties rotate, so equal replicas share the work instead of the first taking all of it.
