@@ -40,6 +40,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gateway.backend.transport import h2conn
 from gateway.backend.transport.base import CANCELLED, UNAVAILABLE, CallError
 from gateway.backend.transport.h2 import GrpcConnection
+from gateway.backend.replicas.endpoints import parse_endpoints
+from gateway.backend.replicas.pool import ReplicaPool
+from gateway.backend.replicas.router import Policy, Router
 from gateway.backend.triton import TritonBackend
 from gateway.backend.types import BackendModel
 from gateway.config import Settings
@@ -113,6 +116,9 @@ class _Backend(TritonBackend):
         super().__init__("bench:1", transport=_OneConnection(connection))
         self._stub = object()
 
+    async def start(self) -> None:
+        pass  # no control channel: nothing here makes a control call
+
     async def list_models(self) -> list[BackendModel]:
         return [BackendModel(name="firehose")]
 
@@ -124,7 +130,12 @@ async def run(requests: int, tokens: int) -> tuple[float, float]:
     server = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding=None))
     server.initiate_connection()
     settings = Settings(log_requests=False)
-    backend = _Backend(connection)
+    # As the app runs it: the Triton client inside a replica pool (here of one), whose router and
+    # generator layer every request and batch pass through.
+    replica = _Backend(connection)
+    router = Router(Policy(settings.routing_policy), settings.routing_prefix_chars, settings.routing_load_factor)
+    backend = ReplicaPool(parse_endpoints("bench:1"), lambda address: replica, router)
+    await backend._discover()
     catalog = ModelCatalog(backend, [], 3600)
     await catalog.refresh()
     admission = Admission(lambda model: settings.limits_for(model)[:2], settings.queue_timeout)
