@@ -317,3 +317,38 @@ async def test_in_flight_counts_follow_the_generation() -> None:
     gate.set()
     await task
     assert pool.replicas[0].in_flight == 0
+
+
+@pytest.mark.anyio
+async def test_dns_changes_add_replicas_and_retire_gone_ones_once_their_streams_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    answers = {"svc": ["10.0.0.1:8001", "10.0.0.2:8001"]}
+
+    async def fake_resolve(spec: EndpointSpec) -> list[str]:
+        return list(answers[spec.host])
+
+    monkeypatch.setattr("gateway.backend.replicas.pool.resolve", fake_resolve)
+    backends: dict[str, ScriptedBackend] = {}
+
+    def connect(address: str) -> ScriptedBackend:
+        backends[address] = ScriptedBackend(text_chunks(address.encode()))
+        return backends[address]
+
+    pool = ReplicaPool(parse_endpoints("dns:///svc:8001"), connect, Router(Policy.ROUND_ROBIN, 1024, 1.25))
+    await pool._discover()
+    assert sorted(r.address for r in pool.replicas) == ["10.0.0.1:8001", "10.0.0.2:8001"]
+    leaving = pool._replicas["10.0.0.1:8001"]
+    leaving.in_flight = 1  # a stream still running there
+    answers["svc"] = ["10.0.0.2:8001", "10.0.0.3:8001"]
+    await pool._discover()
+    assert leaving.retired and "10.0.0.1:8001" in pool._replicas  # kept until its stream ends
+    placed = set()
+    for _ in range(4):
+        req = request()
+        await drain(pool, req)
+        placed.add(req.placement.replica)  # type: ignore[union-attr]
+    assert placed == {"10.0.0.2:8001", "10.0.0.3:8001"}
+    leaving.in_flight = 0
+    await pool._discover()
+    assert sorted(pool._replicas) == ["10.0.0.2:8001", "10.0.0.3:8001"]
