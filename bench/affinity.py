@@ -66,9 +66,9 @@ from common import (  # noqa: E402
     BENCH,
     ROOT,
     TEST_REPOSITORY,
-    exit_on_sigterm,
     log,
     machine_info,
+    run_and_report,
     start_gateway,
 )
 
@@ -519,15 +519,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(args.policies.split(",")) - set(POLICIES)
     if unknown:
         raise SystemExit(f"unknown policies {sorted(unknown)}; known: {', '.join(POLICIES)}")
-    exit_on_sigterm()
-    started = time.time()
-    result = run(args)
-    result["seconds"] = round(time.time() - started, 1)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=1, default=str))
-    print_table(result)
-    print(f"JSON: {args.output}")
-    return 0
+    return run_and_report(args, run, print_table)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -37,6 +38,22 @@ def exit_on_sigterm() -> None:
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, handler)
+
+
+def run_and_report(
+    args: Any, run: Callable[[Any], dict[str, Any]], print_table: Callable[[dict[str, Any]], None]
+) -> int:
+    """A bench's ``main`` after its arguments: run it (Triton and the gateway stopped on SIGTERM
+    too), time it, write ``args.output`` as JSON and print the table."""
+    exit_on_sigterm()
+    started = time.time()
+    result = run(args)
+    result["seconds"] = round(time.time() - started, 1)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(result, indent=1, default=str))
+    print_table(result)
+    print(f"JSON: {args.output}")
+    return 0
 
 
 def log(message: str) -> None:

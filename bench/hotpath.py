@@ -37,12 +37,12 @@ from tritonclient.grpc import service_pb2
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gateway.backend.transport import h2conn
-from gateway.backend.transport.base import CANCELLED, UNAVAILABLE, CallError
-from gateway.backend.transport.h2 import GrpcConnection
 from gateway.backend.replicas.endpoints import parse_endpoints
 from gateway.backend.replicas.pool import ReplicaPool
 from gateway.backend.replicas.router import Policy, Router
+from gateway.backend.transport import h2conn
+from gateway.backend.transport.base import CANCELLED, UNAVAILABLE, CallError
+from gateway.backend.transport.h2 import GrpcConnection
 from gateway.backend.triton import TritonBackend
 from gateway.backend.types import BackendModel
 from gateway.config import Settings

@@ -16,11 +16,9 @@ Run:  .venv/bin/python bench/workers.py                  (about 2 minutes)
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (
     BENCH,
     FIREHOSE_TOKEN,
-    exit_on_sigterm,
     log,
     machine_info,
+    run_and_report,
     run_load,
     start_gateway,
     start_triton,
@@ -135,15 +133,7 @@ def print_table(result: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    exit_on_sigterm()
-    started = time.time()
-    result = run(args)
-    result["seconds"] = round(time.time() - started, 1)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=1, default=str))
-    print_table(result)
-    print(f"JSON: {args.output}")
-    return 0
+    return run_and_report(args, run, print_table)
 
 
 if __name__ == "__main__":
