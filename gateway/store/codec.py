@@ -15,6 +15,8 @@ from typing import Any
 
 import orjson
 
+from gateway.store.base import StoredResponse
+
 _STDLIB_MARK = " "
 
 
@@ -31,3 +33,21 @@ def load_json(text: str) -> Any:
     if text.startswith(_STDLIB_MARK):
         return json.loads(text)
     return orjson.loads(text)
+
+
+def to_row(stored: StoredResponse) -> tuple[str, str, float, str | None, str, str]:
+    """The put statement's parameters, in the column order both stores' ``_PUT`` uses."""
+    return (
+        stored.id,
+        stored.owner,
+        stored.created_at,
+        stored.previous_response_id,
+        dump_json(stored.response),
+        dump_json(stored.input_items),
+    )
+
+
+def from_row(response_id: str, owner: str, row: Any) -> StoredResponse:
+    """A ``_GET`` row (created_at, previous id, response, input items) back as a record."""
+    created_at, previous, response, input_items = row
+    return StoredResponse(response_id, owner, created_at, load_json(response), load_json(input_items), previous)

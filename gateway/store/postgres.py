@@ -18,15 +18,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from gateway.store.base import ResponseStoreError, StoreBounds, StoredResponse
-from gateway.store.codec import dump_json, load_json
+from gateway.store.base import ResponseStoreError, StoreBounds, StoredResponse, prune_quietly, unavailable_on_error
+from gateway.store.codec import from_row, to_row
 from gateway.store.location import redact_url
 from gateway.store.schema import (
     COMPONENT,
@@ -113,37 +111,27 @@ class PostgresResponseStore:
             await pool.close()
 
     async def put(self, stored: StoredResponse) -> None:
-        params = (
-            stored.id,
-            stored.owner,
-            stored.created_at,
-            stored.previous_response_id,
-            dump_json(stored.response),
-            dump_json(stored.input_items),
-        )
-        with _unavailable_on_error("save"):
+        params = to_row(stored)
+        with unavailable_on_error("save", psycopg.Error):
             async with self._connections().connection() as conn:
                 cursor = await conn.execute(_PUT, params)
                 if cursor.rowcount == 0:
                     logger.warning("responses store: %s belongs to another owner; not replaced", stored.id)
         self._puts_since_prune += 1
         if self._puts_since_prune >= self.bounds.prune_every:
-            await self._prune_quietly()
+            await prune_quietly(self.prune, psycopg.Error)
 
     async def get(self, response_id: str, owner: str) -> StoredResponse | None:
         params = (response_id, owner, self.bounds.oldest_alive(time.time()))
-        with _unavailable_on_error("read"):
+        with unavailable_on_error("read", psycopg.Error):
             async with self._connections().connection() as conn:
                 cursor = await conn.execute(_GET, params)
                 row = await cursor.fetchone()
-        if row is None:
-            return None
-        created_at, previous, response, input_items = row
-        return StoredResponse(response_id, owner, created_at, load_json(response), load_json(input_items), previous)
+        return None if row is None else from_row(response_id, owner, row)
 
     async def delete(self, response_id: str, owner: str) -> bool:
         params = (response_id, owner, self.bounds.oldest_alive(time.time()))
-        with _unavailable_on_error("delete"):
+        with unavailable_on_error("delete", psycopg.Error):
             async with self._connections().connection() as conn:
                 cursor = await conn.execute(_DELETE, params)
                 return cursor.rowcount > 0
@@ -159,14 +147,6 @@ class PostgresResponseStore:
                 return
             await conn.execute(_EXPIRE, (self.bounds.oldest_alive(time.time()),))
             await conn.execute(_EVICT, (self.bounds.max_responses,))
-
-    async def _prune_quietly(self) -> None:
-        """A failed batch costs nothing but a warning: the put it follows succeeded, and the
-        next batch deletes what this one did not."""
-        try:
-            await self.prune()
-        except psycopg.Error:
-            logger.warning("responses store: deleting expired and surplus responses failed", exc_info=True)
 
     async def _migrate(self) -> None:
         async with (
@@ -203,12 +183,3 @@ class PostgresResponseStore:
 
 
 _CONNECTION_OPTIONS: dict[str, Any] = {"autocommit": True, "prepare_threshold": None}
-
-
-@contextmanager
-def _unavailable_on_error(action: str) -> Iterator[None]:
-    try:
-        yield
-    except psycopg.Error as exc:
-        logger.warning("responses store: could not %s a response: %s", action, exc)
-        raise ResponseStoreError(f"the responses store could not {action} the response: {exc}") from exc

@@ -21,15 +21,13 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import aiosqlite
 
-from gateway.store.base import ResponseStoreError, StoreBounds, StoredResponse
-from gateway.store.codec import dump_json, load_json
+from gateway.store.base import ResponseStoreError, StoreBounds, StoredResponse, prune_quietly, unavailable_on_error
+from gateway.store.codec import from_row, to_row
 from gateway.store.schema import (
     COMPONENT,
     CREATE_VERSION_TABLE,
@@ -95,35 +93,25 @@ class SqliteResponseStore:
             await db.close()
 
     async def put(self, stored: StoredResponse) -> None:
-        params = (
-            stored.id,
-            stored.owner,
-            stored.created_at,
-            stored.previous_response_id,
-            dump_json(stored.response),
-            dump_json(stored.input_items),
-        )
-        with _unavailable_on_error("save"):
+        params = to_row(stored)
+        with unavailable_on_error("save", sqlite3.Error):
             async with self._connection().execute(_PUT, params) as cursor:
                 if cursor.rowcount == 0:
                     logger.warning("responses store: %s belongs to another owner; not replaced", stored.id)
         self._puts_since_prune += 1
         if self._puts_since_prune >= self.bounds.prune_every:
-            await self._prune_quietly()
+            await prune_quietly(self.prune, sqlite3.Error)
 
     async def get(self, response_id: str, owner: str) -> StoredResponse | None:
         params = (response_id, owner, self.bounds.oldest_alive(time.time()))
-        with _unavailable_on_error("read"):
+        with unavailable_on_error("read", sqlite3.Error):
             async with self._connection().execute(_GET, params) as cursor:
                 row = await cursor.fetchone()
-        if row is None:
-            return None
-        created_at, previous, response, input_items = row
-        return StoredResponse(response_id, owner, created_at, load_json(response), load_json(input_items), previous)
+        return None if row is None else from_row(response_id, owner, row)
 
     async def delete(self, response_id: str, owner: str) -> bool:
         params = (response_id, owner, self.bounds.oldest_alive(time.time()))
-        with _unavailable_on_error("delete"):
+        with unavailable_on_error("delete", sqlite3.Error):
             async with self._connection().execute(_DELETE, params) as cursor:
                 return cursor.rowcount > 0
 
@@ -134,14 +122,6 @@ class SqliteResponseStore:
         db = self._connection()
         await db.execute(_EXPIRE, (self.bounds.oldest_alive(time.time()),))
         await db.execute(_EVICT, (self.bounds.max_responses,))
-
-    async def _prune_quietly(self) -> None:
-        """A failed batch costs nothing but a warning: the put it follows succeeded, and the
-        next batch deletes what this one did not."""
-        try:
-            await self.prune()
-        except sqlite3.Error:
-            logger.warning("responses store: deleting expired and surplus responses failed", exc_info=True)
 
     async def _migrate(self) -> None:
         db = self._connection()
@@ -202,12 +182,3 @@ def _prepare_file(path: Path) -> None:
     before SQLite does, which would create it with the umask's wider default."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
-
-
-@contextmanager
-def _unavailable_on_error(action: str) -> Iterator[None]:
-    try:
-        yield
-    except sqlite3.Error as exc:
-        logger.warning("responses store: could not %s a response: %s", action, exc)
-        raise ResponseStoreError(f"the responses store could not {action} the response: {exc}") from exc
