@@ -70,13 +70,17 @@ class SSEResponse(Response):
     media_type = "text/event-stream"
 
     def __init__(
-        self, frames: Frames, ping_interval: float, headers: Mapping[str, str], watch: ClientWatch | None = None
+        self,
+        frames: Frames,
+        ping_interval: float,
+        raw_headers: list[tuple[bytes, bytes]],
+        watch: ClientWatch | None = None,
     ) -> None:
         self.frames = frames
         self.ping_interval = ping_interval
         self.status_code = 200
         self.background = None
-        self.raw_headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+        self.raw_headers = raw_headers
         self.watch = watch
         """The request's watch, when ``http.respond`` started one (else the response starts its own)."""
 
@@ -125,6 +129,15 @@ class SSEResponse(Response):
             await self.frames.aclose()
 
 
+_SSE_HEADERS = (
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+    (b"connection", b"keep-alive"),
+)
+"""Every stream's headers, encoded once."""
+
+
 def sse_response(
     frames: Frames,
     *,
@@ -132,15 +145,13 @@ def sse_response(
     headers: Mapping[str, str] | None = None,
     watch: ClientWatch | None = None,
 ) -> SSEResponse:
-    return SSEResponse(
-        frames,
-        ping_interval,
-        {
-            "content-type": "text/event-stream; charset=utf-8",
-            "cache-control": "no-cache",
-            "x-accel-buffering": "no",
-            "connection": "keep-alive",
-            **(headers or {}),
-        },
-        watch,
-    )
+    """The response for ``frames``, with the stream's headers and ``headers`` after them (a lowercase
+    name replaces the stream's own)."""
+    if not headers:
+        return SSEResponse(frames, ping_interval, list(_SSE_HEADERS), watch)
+    merged = {name.decode(): value.decode() for name, value in _SSE_HEADERS} | dict(headers)
+    return SSEResponse(frames, ping_interval, encode_headers(merged), watch)
+
+
+def encode_headers(headers: Mapping[str, str]) -> list[tuple[bytes, bytes]]:
+    return [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
