@@ -5,19 +5,24 @@ chat template, admission, the generation, SSE) in front of an in-process backend
 every generation with one final token at once; the requests are ASGI calls made here, one after
 the other, on uvloop, after ``server.tune_gc`` as the server does. What is left out: the socket,
 uvicorn's HTTP parsing, the h2 call to Triton and Triton itself. So the figures are the part of
-the added TTFT at concurrency 1 (``big_prompts.py``) that the gateway's Python code costs, without
-the noise of sockets and other processes, and a target for cProfile (``--profile``).
+the added TTFT at concurrency 1 (``big_prompts.py``) that the gateway's own Python code, apart from
+the h2 call, costs. They carry none of the noise of sockets and other processes, and the bench is
+a target for cProfile (``--profile``).
 
-Per scenario it prints the median µs per request of: the ASGI call until the backend is called
+Per scenario it prints the median µs of thread CPU time per request (``--clock wall`` for wall
+time) of: the ASGI call until the backend is called
 (``to backend``: middlewares, routing, body parsing and validation, planning, admission, the
 generation's start), of which planning alone (``plan``, ``prepare_*`` called directly), then
 until the first token's bytes are sent (``to 1st token``: TTFT in process), and the whole request
 (``total``: the response's end, the generation's close and the outcome). Each figure is the best
-median of ``--rounds`` rounds of ``--requests`` requests.
+median of ``--rounds`` rounds of ``--requests`` requests, the scenarios taking turns.
+``--against <tree>`` runs this tree and another in alternating processes (``--alternations``
+each) and prints the best of each as a before → after table.
 
     .venv/bin/python bench/request_path.py
     .venv/bin/python bench/request_path.py --profile chat-stream-10k
-    .venv/bin/python bench/request_path.py --gateway-root /tmp/base   (another tree: before/after)
+    .venv/bin/python bench/request_path.py --against /tmp/base          (before/after)
+    .venv/bin/python bench/request_path.py --gateway-root /tmp/base     (another tree alone)
 """
 
 from __future__ import annotations
