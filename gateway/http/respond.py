@@ -11,8 +11,7 @@ anything that ends the request before or around it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -21,6 +20,7 @@ from gateway.config import Settings
 from gateway.core.admission import Ticket
 from gateway.core.generate import Generation
 from gateway.core.service import CompletionService
+from gateway.http.disconnect import ClientWatch
 from gateway.http.errors import ClientDisconnected
 from gateway.http.rejections import mark_counted_by_outcome
 from gateway.http.responses import JSONBytesResponse
@@ -28,8 +28,6 @@ from gateway.http.sse import Frames, sse_response
 from gateway.http.streaming import First, StreamFrames, prime
 from gateway.openai.encode import CompletionBuilder
 from gateway.plan.prepare import GenerationPlan
-
-T = TypeVar("T")
 
 
 class Answer(Protocol):
@@ -66,29 +64,41 @@ async def respond(
     settings: Settings,
     answer: Answer | None = None,
 ) -> Response:
-    """Admit → stream (SSE) or complete (JSON); ``answer`` defaults to chat's or completions'."""
+    """Admit → stream (SSE) or complete (JSON); ``answer`` defaults to chat's or completions'.
+
+    The client leaving cancels this task wherever it waits (``ClientWatch``); that becomes
+    ``ClientDisconnected``, a 499 nobody reads. The watch goes to the SSE response with the
+    stream, or stops once the JSON is ready."""
     answer = answer or CompletionAnswer(plan)
     outcome = service.outcome(plan)
     mark_counted_by_outcome(request.scope)
     ticket: Ticket | None = None
     generation: Generation | None = None
+    watch: ClientWatch | None = None
     try:
         ticket = service.try_admit(plan, outcome)
+        watch = ClientWatch(request.receive)
         if ticket is None:
-            ticket = await until_disconnect(request, service.admit(plan, outcome))
+            ticket = await service.admit(plan, outcome)
         generation = service.generate(plan, ticket, outcome)
         if plan.stream:
-            first = await until_disconnect(request, prime(generation, settings.first_response_wait))
-            return sse_response(
-                answer.frames(generation, first),
-                ping_interval=settings.sse_ping_interval,
-                headers=placement_headers(plan),
+            first = await prime(generation, settings.first_response_wait)
+            frames = answer.frames(generation, first)
+            response: Response = sse_response(
+                frames, ping_interval=settings.sse_ping_interval, watch=watch, headers=placement_headers(plan)
             )
-        content = await until_disconnect(request, answer.complete(generation))
-        return JSONBytesResponse(content, headers=placement_headers(plan))
+        else:
+            response = JSONBytesResponse(await answer.complete(generation), headers=placement_headers(plan))
+            watch.stop()
+        watch = None  # the SSE response's now, or stopped
+        return response
     except BaseException as exc:
+        gone = False
+        if watch is not None:
+            watch.stop()
+            gone = isinstance(exc, asyncio.CancelledError) and watch.taken_back()
         # No-ops when the generation already ended the request (its usual way to end).
-        if isinstance(exc, ClientDisconnected):
+        if gone:
             outcome.abandon()
         else:
             outcome.fail(exc)
@@ -96,6 +106,8 @@ async def respond(
             await generation.aclose()
         elif ticket is not None:
             ticket.release()
+        if gone:
+            raise ClientDisconnected() from None
         raise
 
 
@@ -129,30 +141,3 @@ async def complete(plan: GenerationPlan, generation: Generation) -> dict[str, An
     finally:
         await generation.aclose()
     return builder.build(generation.finish_reasons, generation.usage)
-
-
-async def until_disconnect(request: Request, work: Awaitable[T]) -> T:
-    """Run ``work`` but cancel it as soon as the client disconnects (then ``ClientDisconnected``).
-
-    A request that has not started its response otherwise keeps Triton busy for a client that is
-    gone: nothing is written to the socket until then, so nobody would notice.
-    """
-    task = asyncio.ensure_future(work)
-
-    async def watch() -> None:
-        while True:
-            message = await request.receive()
-            if message["type"] == "http.disconnect":
-                return
-
-    watcher = asyncio.ensure_future(watch())
-    try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        watcher.cancel()
-        if not task.done():
-            task.cancel()
-            await asyncio.wait({task}, timeout=5.0)  # let the backend call's cancel run now
-    if task.cancelled():
-        raise ClientDisconnected()
-    return task.result()

@@ -21,6 +21,8 @@ from typing import Protocol
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from gateway.http.disconnect import ClientWatch
+
 DATA_FRAMING = (b"data: ", b"\n\n")
 """An SSE ``data`` event's prefix and suffix: the payload is one line of JSON (no newlines)."""
 DONE_FRAME = b"data: [DONE]\n\n"
@@ -58,8 +60,8 @@ class Frames(Protocol):
 class SSEResponse(Response):
     """A streaming ``text/event-stream`` response for frames that are already SSE-encoded.
 
-    One extra task per stream waits on ``receive`` and cancels the stream the moment the client
-    disconnects (closing the frames then cancels the Triton call); a timer sends a
+    The request's ``ClientWatch`` (``http.respond``'s, else one of its own) cancels the stream the
+    moment the client disconnects (closing the frames then cancels the Triton call); a timer sends a
     ``: ping`` comment whenever nothing was written for ``ping_interval`` seconds. The frames are
     written with one ``send`` each and nothing else per frame: no task group, no cancel scope, no
     re-encoding. Idle streams cost memory, so the per-stream state is kept to that.
@@ -67,28 +69,31 @@ class SSEResponse(Response):
 
     media_type = "text/event-stream"
 
-    def __init__(self, frames: Frames, ping_interval: float, headers: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        frames: Frames,
+        ping_interval: float,
+        raw_headers: list[tuple[bytes, bytes]],
+        watch: ClientWatch | None = None,
+    ) -> None:
         self.frames = frames
         self.ping_interval = ping_interval
         self.status_code = 200
         self.background = None
-        self.raw_headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+        self.raw_headers = raw_headers
+        self.watch = watch
+        """The request's watch, when ``http.respond`` started one (else the response starts its own)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        stream_task = asyncio.current_task()
-        assert stream_task is not None
         loop = asyncio.get_running_loop()
         last_write = loop.time()
-        client_gone = False
         pings: set[asyncio.Task[None]] = set()
         timer: asyncio.TimerHandle
-
-        async def watch() -> None:
-            nonlocal client_gone
-            while (await receive())["type"] != "http.disconnect":
-                pass
-            client_gone = True
-            stream_task.cancel()
+        watch = self.watch
+        if watch is None or watch.task is not asyncio.current_task():
+            if watch is not None:
+                watch.stop()
+            watch = ClientWatch(receive)
 
         async def ping() -> None:
             try:
@@ -107,35 +112,46 @@ class SSEResponse(Response):
                 idle = 0.0
             timer = loop.call_later(self.ping_interval - idle, ping_if_idle)
 
-        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-        send = scope.get("state", {}).get(BODY_SEND, send)
-        watcher = loop.create_task(watch())
         timer = loop.call_later(self.ping_interval, ping_if_idle)
         try:
+            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+            send = scope.get("state", {}).get(BODY_SEND, send)
             async for frame in self.frames:
                 await send({"type": "http.response.body", "body": frame, "more_body": True})
                 last_write = loop.time()
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except asyncio.CancelledError:
-            if not client_gone:
+            if not watch.taken_back():  # else our own cancel: the client left, the stream is over
                 raise
-            if hasattr(stream_task, "uncancel"):  # Python 3.11+
-                stream_task.uncancel()  # our own cancel: the client left, the stream is over
         finally:
             timer.cancel()
-            watcher.cancel()
+            watch.stop()
             await self.frames.aclose()
 
 
-def sse_response(frames: Frames, *, ping_interval: float, headers: Mapping[str, str] | None = None) -> SSEResponse:
-    return SSEResponse(
-        frames,
-        ping_interval,
-        {
-            "content-type": "text/event-stream; charset=utf-8",
-            "cache-control": "no-cache",
-            "x-accel-buffering": "no",
-            "connection": "keep-alive",
-            **(headers or {}),
-        },
-    )
+_SSE_HEADERS = (
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+    (b"connection", b"keep-alive"),
+)
+"""Every stream's headers, encoded once."""
+
+
+def sse_response(
+    frames: Frames,
+    *,
+    ping_interval: float,
+    headers: Mapping[str, str] | None = None,
+    watch: ClientWatch | None = None,
+) -> SSEResponse:
+    """The response for ``frames``, with the stream's headers and ``headers`` after them (a lowercase
+    name replaces the stream's own)."""
+    if not headers:
+        return SSEResponse(frames, ping_interval, list(_SSE_HEADERS), watch)
+    merged = {name.decode(): value.decode() for name, value in _SSE_HEADERS} | dict(headers)
+    return SSEResponse(frames, ping_interval, encode_headers(merged), watch)
+
+
+def encode_headers(headers: Mapping[str, str]) -> list[tuple[bytes, bytes]]:
+    return [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]

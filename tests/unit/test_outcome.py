@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from dataclasses import replace
 
 import pytest
 
@@ -138,3 +139,31 @@ def test_a_non_streaming_request_has_a_first_token_time_but_no_gaps() -> None:
     outcome.responded()
     assert outcome.record.first_token is not None
     assert sample(m, "gateway_inter_token_latency_seconds_count", model="m") == 0
+
+
+def test_each_label_set_is_counted_in_its_own_series() -> None:
+    """``Metrics.finish`` keeps each label set's series after the first lookup: requests that
+    differ in any label still land in their own."""
+    m = metrics()
+    ends = [("m", None, True, 200), ("m", None, True, 200), ("m", "a", True, 200), ("m", None, False, 200)]
+    ends += [("m", None, True, 500), ("other", None, True, 200)]
+    for model, adapter, stream, status in ends:
+        requests = tuple(replace(r, model=model) for r in make_plan().requests)
+        outcome = RequestOutcome(make_plan(stream=stream, adapter=adapter, requests=requests), m, log=False)
+        if status == 500:
+            outcome.fail(BackendError("x"))
+        else:
+            outcome.succeed(Usage(2, 1), stopped_early=False)
+
+    def count(model: str, adapter: str, stream: str, status: str) -> float:
+        labels = {"model": model, "adapter": adapter, "endpoint": "chat", "stream": stream, "status": status}
+        return sample(m, "gateway_requests_total", **labels)
+
+    assert count("m", "", "true", "200") == 2
+    assert count("m", "a", "true", "200") == 1
+    assert count("m", "", "false", "200") == 1
+    assert count("m", "", "true", "500") == 1
+    assert count("other", "", "true", "200") == 1
+    assert sample(m, "gateway_completion_tokens_total", model="m", adapter="") == 3
+    assert sample(m, "gateway_completion_tokens_total", model="m", adapter="a") == 1
+    assert sample(m, "gateway_request_duration_seconds_count", model="other", endpoint="chat") == 1
