@@ -29,6 +29,7 @@ import orjson
 
 from gateway.core.assemble import ChoiceEvent, Usage
 from gateway.core.toolcalls import ToolCallOut
+from gateway.openai.jsonbytes import dumps
 
 Framing = tuple[bytes, bytes]
 EventFraming = Callable[[str], Framing]
@@ -91,7 +92,7 @@ class ResponseEncoder:
         prefix, suffix = self._framing(kind)
         seq = self._seq
         self._seq = seq + 1
-        return prefix + orjson.dumps({"type": kind, "sequence_number": seq, **fields}) + suffix
+        return prefix + dumps({"type": kind, "sequence_number": seq, **fields}) + suffix
 
     def opening(self) -> bytes:
         """``response.created`` and ``response.in_progress``: the id is the client's from here on."""

@@ -135,3 +135,15 @@ def test_arbitrary_bodies_never_5xx(raw: bytes, content_type: str) -> None:
         "/v1/chat/completions", content=raw, headers={"content-type": content_type} if content_type else {}
     )
     assert_openai_shaped(response.status_code, response.content)
+
+
+def test_integers_json_cannot_hold_in_64_bits_echoed_back_are_not_a_500() -> None:
+    """Found by the OpenAPI fuzzing above: the Responses object echoes ``text.format`` (and
+    ``tools``, ``metadata``), where a client may put an integer beyond 64 bits (a JSON schema's
+    ``maximum``); orjson refuses those, so the answer must be encoded another way, not fail."""
+    huge = -9223372036854775809
+    body = {"model": "m", "input": "", "text": {"format": {"": huge, "type": "text"}}}
+    for stream in (False, True):
+        response = client.post("/v1/responses", json={**body, "stream": stream})
+        assert response.status_code == 200, response.text
+        assert str(huge) in response.text
