@@ -48,6 +48,7 @@ from gateway.backend.transport.base import (
     CallError,
 )
 from gateway.backend.transport.h2call import StreamCall
+from gateway.backend.transport.hpack_cache import RepeatingHeadersEncoder
 
 T = TypeVar("T")
 
@@ -129,6 +130,7 @@ class GrpcConnection(asyncio.Protocol):
                 normalize_inbound_headers=False,
             )
         )
+        self._h2.encoder = RepeatingHeadersEncoder()  # before any frame: nothing encoded yet
         self._transport: asyncio.Transport | None = None
         self._inbuf = b""
         self._stream_window = _STREAM_WINDOW

@@ -1,0 +1,45 @@
+"""The per-connection cache of the call's HPACK block: every block it gives decodes to the
+headers it was asked for, in order, across repeats, other headers and a table-size change."""
+
+from __future__ import annotations
+
+import hpack
+
+from gateway.backend.transport.hpack_cache import RepeatingHeadersEncoder
+
+CALL = [
+    (b":method", b"POST"),
+    (b":scheme", b"http"),
+    (b":path", b"/inference.GRPCInferenceService/ModelStreamInfer"),
+    (b":authority", b"127.0.0.1:8001"),
+    (b"content-type", b"application/grpc"),
+    (b"te", b"trailers"),
+    (b"user-agent", b"triton-openai-gateway"),
+]
+
+
+def decoded(decoder: hpack.Decoder, block: bytes) -> list[tuple[bytes, bytes]]:
+    return [(bytes(n), bytes(v)) for n, v in decoder.decode(block, raw=True)]
+
+
+def test_repeated_blocks_are_reused_and_decode_to_the_call_headers() -> None:
+    encoder, decoder = RepeatingHeadersEncoder(), hpack.Decoder()
+    blocks = [encoder.encode(CALL) for _ in range(4)]
+    for block in blocks:
+        assert decoded(decoder, block) == CALL
+    assert blocks[1] is blocks[2] is blocks[3]  # the second encode changed nothing: cached
+    assert len(blocks[1]) == len(CALL)  # seven one-byte index references
+
+
+def test_other_headers_and_a_table_size_change_are_encoded_in_full() -> None:
+    encoder, decoder = RepeatingHeadersEncoder(), hpack.Decoder()
+    other = [*CALL[:2], (b":path", b"/inference.GRPCInferenceService/ServerReady"), *CALL[3:]]
+    sequence = [CALL, CALL, other, CALL, CALL]
+    for headers in sequence:
+        assert decoded(decoder, encoder.encode(headers)) == headers
+    encoder.header_table_size = 0  # the server's SETTINGS: the next block must say so
+    block = encoder.encode(CALL)
+    assert decoded(decoder, block) == CALL
+    assert len(decoder.header_table.dynamic_entries) == 0  # the size update reached the decoder
+    for _ in range(3):
+        assert decoded(decoder, encoder.encode(CALL)) == CALL
