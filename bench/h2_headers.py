@@ -1,5 +1,5 @@
 """What opening a call costs in h2 (``send_headers``) with hpack's encoder and with the
-per-connection block cache (``gateway/backend/transport/hpack_cache.py``), in one process,
+per-connection block cache (``gateway/backend/transport/h2headers.py``), in one process,
 alternating, best of 5 rounds.
 
     .venv/bin/python bench/h2_headers.py
@@ -16,31 +16,15 @@ import h2.connection
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gateway.backend.transport.hpack_cache import RepeatingHeadersEncoder
+from gateway.backend.transport.h2headers import RepeatingHeadersEncoder, call_headers, client_config
 
-CALL = [
-    (b":method", b"POST"),
-    (b":scheme", b"http"),
-    (b":path", b"/inference.GRPCInferenceService/ModelStreamInfer"),
-    (b":authority", b"127.0.0.1:8001"),
-    (b"content-type", b"application/grpc"),
-    (b"te", b"trailers"),
-    (b"user-agent", b"triton-openai-gateway"),
-]
+CALL = call_headers(b"http", b"127.0.0.1:8001", b"/inference.GRPCInferenceService/ModelStreamInfer")
 CALLS = 2000
 
 
 def connection(cached: bool) -> h2.connection.H2Connection:
     """Configured as ``GrpcConnection`` configures its own."""
-    config = h2.config.H2Configuration(
-        client_side=True,
-        header_encoding=None,
-        validate_outbound_headers=False,
-        normalize_outbound_headers=False,
-        validate_inbound_headers=False,
-        normalize_inbound_headers=False,
-    )
-    conn = h2.connection.H2Connection(config)
+    conn = h2.connection.H2Connection(client_config())
     if cached:
         conn.encoder = RepeatingHeadersEncoder()
     conn.initiate_connection()

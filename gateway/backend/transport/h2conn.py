@@ -33,7 +33,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import h2.config
 import h2.connection
 import h2.errors
 import h2.events
@@ -48,7 +47,7 @@ from gateway.backend.transport.base import (
     CallError,
 )
 from gateway.backend.transport.h2call import StreamCall
-from gateway.backend.transport.hpack_cache import RepeatingHeadersEncoder
+from gateway.backend.transport.h2headers import RepeatingHeadersEncoder, call_headers, client_config
 
 T = TypeVar("T")
 
@@ -118,18 +117,7 @@ class GrpcConnection(asyncio.Protocol):
         self.loop = asyncio.get_running_loop()
         self._authority = authority.encode()
         self._scheme = scheme.encode()
-        self._h2 = _DrainingH2Connection(
-            h2.config.H2Configuration(
-                client_side=True,
-                header_encoding=None,
-                # Our own headers are fixed and valid; Triton's are read for two names. h2's
-                # checks cost ~16 µs per call.
-                validate_outbound_headers=False,
-                normalize_outbound_headers=False,
-                validate_inbound_headers=False,
-                normalize_inbound_headers=False,
-            )
-        )
+        self._h2 = _DrainingH2Connection(client_config())
         self._h2.encoder = RepeatingHeadersEncoder()  # before any frame: nothing encoded yet
         self._transport: asyncio.Transport | None = None
         self._inbuf = b""
@@ -299,18 +287,7 @@ class GrpcConnection(asyncio.Protocol):
                 raise CallError(UNAVAILABLE, "the connection to the server is closing", retryable=True)
             sid = call.stream_id = self._h2.get_next_available_stream_id()
             try:
-                self._h2.send_headers(
-                    sid,
-                    [
-                        (b":method", b"POST"),
-                        (b":scheme", self._scheme),
-                        (b":path", path),
-                        (b":authority", self._authority),
-                        (b"content-type", b"application/grpc"),
-                        (b"te", b"trailers"),
-                        (b"user-agent", b"triton-openai-gateway"),
-                    ],
-                )
+                self._h2.send_headers(sid, call_headers(self._scheme, self._authority, path))
                 break
             except h2.exceptions.TooManyStreamsError:
                 await self._wait_for_slot(deadline)

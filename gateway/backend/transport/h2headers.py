@@ -1,4 +1,5 @@
-"""The call's request headers, HPACK-encoded once per connection instead of once per call.
+"""What the client says in HTTP/2 headers: its h2 configuration, each call's request headers, and
+their HPACK block, encoded once per connection instead of once per call.
 
 Every call on a connection sends the same seven headers (method, scheme, path, authority,
 content type, ``te``, user agent), and the client's HPACK encoder encodes nothing else. After the
@@ -16,7 +17,36 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+import h2.config
 import hpack
+
+USER_AGENT = b"triton-openai-gateway"
+
+
+def client_config() -> h2.config.H2Configuration:
+    """Our own headers are fixed and valid; Triton's are read for two names: h2's checks cost
+    ~16 µs per call, for nothing."""
+    return h2.config.H2Configuration(
+        client_side=True,
+        header_encoding=None,
+        validate_outbound_headers=False,
+        normalize_outbound_headers=False,
+        validate_inbound_headers=False,
+        normalize_inbound_headers=False,
+    )
+
+
+def call_headers(scheme: bytes, authority: bytes, path: bytes) -> list[tuple[bytes, bytes]]:
+    """A gRPC call's request headers, pseudo-headers first (HTTP/2 requires it)."""
+    return [
+        (b":method", b"POST"),
+        (b":scheme", scheme),
+        (b":path", path),
+        (b":authority", authority),
+        (b"content-type", b"application/grpc"),
+        (b"te", b"trailers"),
+        (b"user-agent", USER_AGENT),
+    ]
 
 
 class RepeatingHeadersEncoder(hpack.Encoder):

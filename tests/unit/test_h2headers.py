@@ -5,17 +5,9 @@ from __future__ import annotations
 
 import hpack
 
-from gateway.backend.transport.hpack_cache import RepeatingHeadersEncoder
+from gateway.backend.transport.h2headers import RepeatingHeadersEncoder, call_headers
 
-CALL = [
-    (b":method", b"POST"),
-    (b":scheme", b"http"),
-    (b":path", b"/inference.GRPCInferenceService/ModelStreamInfer"),
-    (b":authority", b"127.0.0.1:8001"),
-    (b"content-type", b"application/grpc"),
-    (b"te", b"trailers"),
-    (b"user-agent", b"triton-openai-gateway"),
-]
+CALL = call_headers(b"http", b"127.0.0.1:8001", b"/inference.GRPCInferenceService/ModelStreamInfer")
 
 
 def decoded(decoder: hpack.Decoder, block: bytes) -> list[tuple[bytes, bytes]]:
