@@ -31,6 +31,7 @@ from gateway.http.errors import install_error_handlers
 from gateway.http.head import HeadAsGetMiddleware
 from gateway.http.rejections import RejectionCountMiddleware
 from gateway.http.request_id import RequestIdMiddleware
+from gateway.http.respond import REPLICA_HEADER, ROUTE_HEADER
 from gateway.http.routes import chat, completions, health, metrics, models, responses
 from gateway.http.security import ApiKeyMiddleware, BodySizeLimitMiddleware
 from gateway.metrics import Metrics
@@ -138,7 +139,7 @@ def create_app(settings: Settings, backend: Backend | None = None) -> FastAPI:
             allow_origins=settings.cors_origins,
             allow_methods=["GET", "HEAD", "POST", "DELETE", "OPTIONS"],
             allow_headers=["*"],
-            expose_headers=["x-request-id"],
+            expose_headers=["x-request-id", REPLICA_HEADER, ROUTE_HEADER],
             max_age=600,
         )
     app.add_middleware(HeadAsGetMiddleware)

@@ -97,6 +97,18 @@ def test_cors_preflight_allows_the_openai_js_sdk(locked: GatewayProcess) -> None
     assert "access-control-allow-origin" not in denied.headers
 
 
+def test_cors_exposes_where_the_request_ran_to_browser_clients(locked: GatewayProcess) -> None:
+    response = httpx.post(
+        locked.url + "/v1/chat/completions",
+        json=CHAT,
+        headers={**auth("env-key"), "Origin": "https://app.example"},
+    )
+    assert response.status_code == 200, response.text
+    exposed = {h.strip() for h in response.headers["access-control-expose-headers"].lower().split(",")}
+    assert {"x-request-id", "x-gateway-replica", "x-gateway-route"} <= exposed
+    assert response.headers["x-gateway-replica"] and response.headers["x-gateway-route"] == "least_loaded"
+
+
 def test_cors_is_off_by_default(gateway: GatewayProcess) -> None:
     response = httpx.options(
         gateway.url + "/v1/chat/completions",
