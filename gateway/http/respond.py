@@ -20,6 +20,7 @@ from gateway.config import Settings
 from gateway.core.admission import Ticket
 from gateway.core.generate import Generation
 from gateway.core.service import CompletionService
+from gateway.errors import GatewayError
 from gateway.http.disconnect import ClientWatch
 from gateway.http.errors import ClientDisconnected
 from gateway.http.rejections import mark_counted_by_outcome
@@ -108,6 +109,9 @@ async def respond(
             ticket.release()
         if gone:
             raise ClientDisconnected() from None
+        placed = placement_headers(plan)
+        if placed and isinstance(exc, GatewayError):  # a 503 after a retry: say which replica failed last
+            exc.headers = {**exc.headers, **placed}
         raise
 
 

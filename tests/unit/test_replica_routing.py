@@ -8,17 +8,22 @@ import asyncio
 import collections
 import dataclasses
 from collections.abc import AsyncIterator
+from pathlib import Path
 
+import httpx
 import pytest
 
+from gateway.app import create_app
 from gateway.backend.replicas.endpoints import EndpointSpec, parse_endpoints, resolve
 from gateway.backend.replicas.pool import ReplicaPool
 from gateway.backend.replicas.prefixes import PrefixTable, block_hashes
 from gateway.backend.replicas.ring import HashRing, bounded_choice
 from gateway.backend.replicas.router import PREFIX_MIN_BOUND, SESSION_MIN_BOUND, Policy, Route, Router
 from gateway.backend.types import GenerationChunk, GenerationRequest, Placement
+from gateway.config import Settings
 from gateway.errors import BackendUnavailableError, BackendUnreachableError, InvalidRequestError
 from tests.fakes import ScriptedBackend, text_chunks
+from tests.unit.test_app import chat, make_repo
 
 
 @dataclasses.dataclass(eq=False)
@@ -352,3 +357,28 @@ async def test_dns_changes_add_replicas_and_retire_gone_ones_once_their_streams_
     leaving.in_flight = 0
     await pool._discover()
     assert sorted(pool._replicas) == ["10.0.0.2:8001", "10.0.0.3:8001"]
+
+
+@pytest.mark.anyio
+async def test_answers_and_errors_say_which_replica_ran_them(tmp_path: Path) -> None:
+    """Through the real app: a whole answer and a stream carry the placement headers, and a 503
+    after the retry names the replica that failed last."""
+    repo = make_repo(tmp_path)
+    backends: dict[str, ScriptedBackend] = {"a:1": ScriptedBackend(text_chunks(b"ok")), "b:1": FailingBackend()}
+    pool = ReplicaPool(parse_endpoints("a:1,b:1"), lambda a: backends[a], Router(Policy.ROUND_ROBIN, 1024, 1.25))
+    app = create_app(Settings(model_repository=[repo], first_response_wait=1.0), backend=pool)
+    async with app.router.lifespan_context(app):
+        await pool._discover()
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            for stream in (False, True):
+                ok = await client.post("/v1/chat/completions", json=chat(stream=stream))
+                assert ok.status_code == 200, ok.text
+                assert (ok.headers["x-gateway-replica"], ok.headers["x-gateway-route"]) == ("a:1", "round_robin")
+            backends["a:1"] = FailingBackend()
+            pool._replicas["a:1"].backend = backends["a:1"]
+            for replica in pool.replicas:
+                replica.up = True
+            failed = await client.post("/v1/chat/completions", json=chat())
+    assert failed.status_code == 503 and failed.json()["error"]["type"] == "service_unavailable"
+    assert failed.headers["x-gateway-replica"] in ("a:1", "b:1")
