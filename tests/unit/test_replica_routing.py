@@ -46,7 +46,7 @@ async def test_dns_entry_resolves_to_every_address_and_fixed_entry_to_itself() -
         ["127.0.0.1:8001"],
         ["127.0.0.1:8001", "[::1]:8001"],
     )
-    assert await resolve(EndpointSpec("name.invalid", 8001, True)) == []
+    assert await resolve(EndpointSpec("name.invalid", 8001, True)) is None
     assert await resolve(EndpointSpec("name.invalid", 8001, False)) == ["name.invalid:8001"]
 
 
@@ -328,10 +328,11 @@ async def test_in_flight_counts_follow_the_generation() -> None:
 async def test_dns_changes_add_replicas_and_retire_gone_ones_once_their_streams_end(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    answers = {"svc": ["10.0.0.1:8001", "10.0.0.2:8001"]}
+    answers: dict[str, list[str] | None] = {"svc": ["10.0.0.1:8001", "10.0.0.2:8001"]}
 
-    async def fake_resolve(spec: EndpointSpec) -> list[str]:
-        return list(answers[spec.host])
+    async def fake_resolve(spec: EndpointSpec) -> list[str] | None:
+        found = answers[spec.host]
+        return None if found is None else list(found)
 
     monkeypatch.setattr("gateway.backend.replicas.pool.resolve", fake_resolve)
     backends: dict[str, ScriptedBackend] = {}
@@ -357,6 +358,9 @@ async def test_dns_changes_add_replicas_and_retire_gone_ones_once_their_streams_
     leaving.in_flight = 0
     await pool._discover()
     assert sorted(pool._replicas) == ["10.0.0.2:8001", "10.0.0.3:8001"]
+    answers["svc"] = None  # a failed lookup (a DNS blip) keeps the replicas it knew
+    await pool._discover()
+    assert sorted(r.address for r in pool.replicas if not r.retired) == ["10.0.0.2:8001", "10.0.0.3:8001"]
 
 
 @pytest.mark.anyio

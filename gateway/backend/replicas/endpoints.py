@@ -58,15 +58,16 @@ def _bracketed(ip: str) -> str:
     return f"[{ip}]" if ":" in ip else ip
 
 
-async def resolve(spec: EndpointSpec) -> list[str]:
+async def resolve(spec: EndpointSpec) -> list[str] | None:
     """The replica addresses an entry stands for now, sorted (so every gateway process lists them
-    alike). A fixed entry is itself; a DNS entry with no address (a Service with no ready pod yet)
-    is no replica, not an error."""
+    alike). A fixed entry is itself. None when the lookup fails: a DNS blip and a Service with no
+    ready pod look alike here (both are errors from the resolver), and the caller keeps what it
+    had rather than dropping every replica over a blip."""
     if not spec.resolve:
         return [spec.address]
     host = spec.host.strip("[]")
     try:
         infos = await asyncio.get_running_loop().getaddrinfo(host, spec.port, type=socket.SOCK_STREAM)
     except socket.gaierror:
-        return []
+        return None
     return sorted({f"{_bracketed(str(info[4][0]))}:{spec.port}" for info in infos})

@@ -107,6 +107,8 @@ class ReplicaPool:
         self._resolve_interval = resolve_interval
         self.observer = observer
         self._replicas: dict[str, Replica] = {}
+        self._resolved: dict[EndpointSpec, list[str]] = {}
+        """Each entry's addresses at its last successful lookup."""
         self._next_resolve = 0.0
         self._housekeeping: asyncio.Task[None] | None = None
         self._probing: set[asyncio.Task[None]] = set()
@@ -141,7 +143,16 @@ class ReplicaPool:
         self._next_resolve = time.monotonic() + self._resolve_interval
         found: list[str] = []
         for spec in self._specs:
-            for address in await resolve(spec):
+            addresses = await resolve(spec)
+            if addresses is None:
+                logger.warning(
+                    "DNS lookup of %s failed; keeping its %d known replicas",
+                    spec.host,
+                    len(self._resolved.get(spec, ())),
+                )
+                addresses = self._resolved.get(spec, [])
+            self._resolved[spec] = addresses
+            for address in addresses:
                 if address not in found:
                     found.append(address)
         changed = False
