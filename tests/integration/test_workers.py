@@ -171,10 +171,12 @@ def test_running_gauges_add_up_streams_held_by_both_workers(workers: GatewayProc
     try:
         running = 'vllm:num_requests_running{model_name="scripted"} ' + f"{float(streams)}"
         assert wait_for(lambda: running in httpx.get(workers.url + "/metrics").text, timeout=10)
-        assert (
-            'gateway_requests_running{model="scripted"} ' + f"{float(streams)}"
-            in httpx.get(workers.url + "/metrics").text
-        )
+        page = httpx.get(workers.url + "/metrics").text
+        assert 'gateway_requests_running{model="scripted"} ' + f"{float(streams)}" in page
+        # The replica gauges too: in flight adds up over the workers, in rotation is 1 (any worker's).
+        replica = re.search(r'gateway_replica_up\{replica="([^"]+)"\} 1\.0', page)
+        assert replica is not None, page
+        assert f'gateway_replica_in_flight{{replica="{replica[1]}"}} {float(streams)}' in page
     finally:
         done.set()
         for thread in threads:
