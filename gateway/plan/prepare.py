@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass
+from typing import Protocol
 
 from gateway.backend.types import GenerationRequest
 from gateway.config import Settings
@@ -39,7 +40,14 @@ class RequestContext:
     Triton replica (``session_key_of``)."""
 
 
-def session_key_of(context: RequestContext, body: SamplingFields) -> str | None:
+class SessionFields(Protocol):
+    """The body fields that name a conversation (chat, completions and Responses all have them)."""
+
+    prompt_cache_key: str | None
+    user: str | None
+
+
+def session_key_of(context: RequestContext, body: SessionFields) -> str | None:
     """What ties the request to a conversation, most explicit first: the header, OpenAI's
     ``prompt_cache_key``, then ``user`` (the Responses route adds its conversation's root)."""
     return context.session_key or body.prompt_cache_key or body.user or None

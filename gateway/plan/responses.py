@@ -25,7 +25,7 @@ from gateway.errors import InvalidRequestError
 from gateway.models.catalog import ModelCatalog
 from gateway.openai.responses_schemas import ResponsesRequest, TextConfig
 from gateway.openai.schemas import SAMPLING_EXTRAS, ChatCompletionRequest
-from gateway.plan.prepare import GenerationPlan, RequestContext, prepare_chat
+from gateway.plan.prepare import GenerationPlan, RequestContext, prepare_chat, session_key_of
 from gateway.plan.responses_input import history_items, load_chain, new_id, normalize_input, to_chat_messages
 from gateway.store.base import ResponseStore
 
@@ -69,7 +69,7 @@ async def prepare_response(
     # A conversation's turns share its root response's id as their session key, so a chain of
     # previous_response_id stays on one Triton replica without the client naming a session.
     root = chain[-1].id if chain else response_id
-    session = context.session_key or body.prompt_cache_key or body.user or f"response:{root}"
+    session = session_key_of(context, body) or f"response:{root}"
     context = dataclasses.replace(context, session_key=session)
     messages, sources = to_chat_messages(history + own_items)
     if body.instructions is not None:
