@@ -369,10 +369,9 @@ async def test_answers_and_errors_say_which_replica_ran_them(tmp_path: Path) -> 
     after the retry names the replica that failed last."""
     repo = make_repo(tmp_path)
     backends: dict[str, ScriptedBackend] = {"a:1": ScriptedBackend(text_chunks(b"ok")), "b:1": FailingBackend()}
-    pool = ReplicaPool(parse_endpoints("a:1,b:1"), lambda a: backends[a], Router(Policy.ROUND_ROBIN, 1024, 1.25))
+    pool = await pool_of(backends, Policy.ROUND_ROBIN)
     app = create_app(Settings(model_repository=[repo], first_response_wait=1.0), backend=pool)
     async with app.router.lifespan_context(app):
-        await pool._discover()
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
             for stream in (False, True):
