@@ -9,7 +9,6 @@ tests assert the properties a deployment depends on.
 from __future__ import annotations
 
 import base64
-import copy
 import json
 import re
 from collections.abc import Callable
@@ -19,6 +18,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from tests.deploy.values import merge_values
 
 CHART_DIR = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "triton-openai-gateway"
 NAMESPACE = "inference"  # the namespace conftest's render fixture uses
@@ -35,17 +36,6 @@ TRITON_NAME = "llm-triton-openai-gateway-triton"
 TRITON_HEADLESS = "llm-triton-openai-gateway-triton-headless"
 EXTERNAL_URL = "triton.gpu-pool.svc.cluster.local:8001"
 API_KEYS = ["sk-test-4f9c2d1e", "sk-test-77ab03c9"]
-
-
-def _merge(*parts: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for part in parts:
-        for key, value in part.items():
-            if isinstance(value, dict) and isinstance(out.get(key), dict):
-                out[key] = _merge(out[key], value)
-            else:
-                out[key] = copy.deepcopy(value)
-    return out
 
 
 EXTERNAL = {"triton": {"mode": "external", "external": {"url": EXTERNAL_URL}}}
@@ -69,21 +59,25 @@ AUTH_EXISTING = {"auth": {"enabled": True, "existingSecret": "gateway-api-keys",
 STORE_MOUNT = "/var/lib/triton-openai-gateway"  # the image's state directory (Dockerfile)
 STORE_SECRET = {"responsesStore": {"existingSecret": "gateway-store", "secretKey": "postgres-url"}}
 # Several pods need a store they share: PostgreSQL, its URL from a Secret.
-AUTOSCALED = _merge(STORE_SECRET, {"autoscaling": {"enabled": True}, "responsesStore": {"ttl": 86400, "max": 50000}})
-THREE_REPLICAS = _merge(STORE_SECRET, {"gateway": {"replicaCount": 3}})
+AUTOSCALED = merge_values(
+    STORE_SECRET, {"autoscaling": {"enabled": True}, "responsesStore": {"ttl": 86400, "max": 50000}}
+)
+THREE_REPLICAS = merge_values(STORE_SECRET, {"gateway": {"replicaCount": 3}})
 MONITORING = {"gateway": {"metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}}}}
 # Several chart-run Triton replicas, the gateway routing across them (issue #15).
 ROUTING = {"policy": "prefix", "prefixChars": 2048, "loadFactor": 1.5, "resolveInterval": 2}
-TRITON_REPLICAS = _merge(MONITORING, {"triton": {"replicaCount": 3}, "gateway": {"routing": ROUTING}})
+TRITON_REPLICAS = merge_values(MONITORING, {"triton": {"replicaCount": 3}, "gateway": {"routing": ROUTING}})
 
 SCENARIOS: dict[str, dict[str, Any]] = {
     "defaults": {},
     "external": EXTERNAL,
-    "external-with-model-volume": _merge(EXTERNAL, {"gateway": {"modelRepository": {"existingClaim": "models-ro"}}}),
+    "external-with-model-volume": merge_values(
+        EXTERNAL, {"gateway": {"modelRepository": {"existingClaim": "models-ro"}}}
+    ),
     "managed-existing-pvc": {
         "triton": {"modelRepository": {"pvc": {"existingClaim": "llm-weights", "subPath": "prod"}}}
     },
-    "managed-image": _merge(
+    "managed-image": merge_values(
         MONITORING,
         {
             "triton": {
@@ -96,10 +90,10 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         },
     ),
     "managed-replicas": TRITON_REPLICAS,
-    "external-replicas": _merge(
+    "external-replicas": merge_values(
         EXTERNAL, {"triton": {"external": {"url": "dns:///triton-headless.gpu-pool.svc.cluster.local:8001"}}}
     ),
-    "sidecar": _merge(SIDECAR, MONITORING),
+    "sidecar": merge_values(SIDECAR, MONITORING),
     "ingress": INGRESS,
     "httproute": HTTPROUTE,
     "auth-values": AUTH_VALUES,
@@ -108,7 +102,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "three-replicas": THREE_REPLICAS,
     "three-replicas-no-store": {"gateway": {"replicaCount": 3}, "responsesStore": {"enabled": False}},
     "store-pvc": {"responsesStore": {"persistence": {"enabled": True, "size": "5Gi", "storageClassName": "fast-ssd"}}},
-    "store-existing-claim": _merge(
+    "store-existing-claim": merge_values(
         EXTERNAL, {"responsesStore": {"persistence": {"enabled": True, "existingClaim": "gateway-state"}}}
     ),
     # A passwordless URL may sit in the ConfigMap; libpq takes the password from PGPASSWORD.
@@ -136,9 +130,9 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         },
         "service": {"port": 80},
     },
-    "everything-external": _merge(EXTERNAL, INGRESS, HTTPROUTE, AUTH_EXISTING, THREE_REPLICAS, MONITORING),
-    "everything-sidecar": _merge(SIDECAR, INGRESS, AUTH_VALUES, {"gateway": {"port": 8100}}),
-    "sidecar-inference-pool": _merge(
+    "everything-external": merge_values(EXTERNAL, INGRESS, HTTPROUTE, AUTH_EXISTING, THREE_REPLICAS, MONITORING),
+    "everything-sidecar": merge_values(SIDECAR, INGRESS, AUTH_VALUES, {"gateway": {"port": 8100}}),
+    "sidecar-inference-pool": merge_values(
         SIDECAR,
         STORE_SECRET,
         HTTPROUTE,
@@ -462,7 +456,7 @@ def test_pods_get_time_to_drain_streams(rendered: dict[str, Rendered], scenario:
 
 def test_sidecar_grace_shorter_than_the_drain_fails_early(render: RenderFn, helm: ModuleType) -> None:
     with pytest.raises(helm.HelmRenderError, match="Triton outlives the gateway"):
-        render(_merge(SIDECAR, {"triton": {"terminationGracePeriodSeconds": 20}}))
+        render(merge_values(SIDECAR, {"triton": {"terminationGracePeriodSeconds": 20}}))
 
 
 def test_config_change_rolls_the_gateway_pods(render: RenderFn) -> None:
@@ -602,7 +596,7 @@ def test_headless_service_name_fits_and_follows_the_cluster_domain(render: Rende
     ],
 )
 def test_external_replicas_are_passed_to_the_gateway_as_given(render: RenderFn, url: str) -> None:
-    r = render(_merge(EXTERNAL, {"triton": {"external": {"url": url}}}))
+    r = render(merge_values(EXTERNAL, {"triton": {"external": {"url": url}}}))
     assert _settings(r)["GATEWAY_TRITON_URL"] == url
     assert [s["metadata"]["name"] for s in r.all("Service")] == [FULLNAME]
 
@@ -658,7 +652,7 @@ def test_sidecar_puts_triton_in_the_gateway_pod_on_localhost(rendered: dict[str,
 
 def test_sidecar_port_clash_with_triton_fails_early(render: RenderFn, helm: ModuleType) -> None:
     with pytest.raises(helm.HelmRenderError, match="collides with triton.ports.http"):
-        render(_merge(SIDECAR, {"triton": {"ports": {"http": 8000}}}))
+        render(merge_values(SIDECAR, {"triton": {"ports": {"http": 8000}}}))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -716,8 +710,8 @@ def _assert_keys_mounted(r: Rendered, secret_name: str, key: str) -> None:
         ({"triton": {"mode": "external", "external": {"url": "grpc://triton:8001"}}}, "must be host:port"),
         ({"triton": {"mode": "external", "external": {"url": "dns://triton:8001"}}}, "must be host:port"),
         ({"triton": {"mode": "external", "external": {"url": "a:8001,,b:8001"}}}, "must be host:port"),
-        (_merge(EXTERNAL, {"triton": {"replicaCount": 2}}), "in external mode the chart runs none"),
-        (_merge(SIDECAR, {"triton": {"replicaCount": 2}}), "in sidecar mode each gateway pod carries one Triton"),
+        (merge_values(EXTERNAL, {"triton": {"replicaCount": 2}}), "in external mode the chart runs none"),
+        (merge_values(SIDECAR, {"triton": {"replicaCount": 2}}), "in sidecar mode each gateway pod carries one Triton"),
         ({"triton": {"modelRepository": {"source": "image"}}}, "needs triton.modelRepository.image.repository"),
         ({"triton": {"modelRepository": {"path": "/elsewhere"}}}, "must lie inside"),
         ({"autoscaling": {"enabled": True, "minReplicas": 5, "maxReplicas": 2}}, "must not exceed"),
@@ -889,7 +883,7 @@ def test_disabled_store_mounts_nothing_and_allows_several_pods(rendered: dict[st
                 "persistence": {"enabled": True, "accessModes": ["ReadWriteMany"]},
             },
         },
-        _merge(SIDECAR, {"gateway": {"replicaCount": 2}}),
+        merge_values(SIDECAR, {"gateway": {"replicaCount": 2}}),
     ],
     ids=["replicas", "autoscaling", "autoscaling-from-one", "pvc", "rwx-pvc", "sidecar"],
 )
@@ -965,7 +959,7 @@ def test_ingress_turns_buffering_off_and_keeps_long_streams(rendered: dict[str, 
 
 def test_ingress_user_annotations_win_over_streaming_defaults(render: RenderFn) -> None:
     r = render(
-        _merge(
+        merge_values(
             INGRESS,
             {
                 "ingress": {
@@ -978,7 +972,7 @@ def test_ingress_user_annotations_win_over_streaming_defaults(render: RenderFn) 
     assert annotations["nginx.ingress.kubernetes.io/proxy-read-timeout"] == "7200"
     assert annotations["example.com/team"] == "llm"
     assert annotations["nginx.ingress.kubernetes.io/proxy-buffering"] == "off"
-    plain = render(_merge(INGRESS, {"ingress": {"streaming": False}})).one("Ingress")
+    plain = render(merge_values(INGRESS, {"ingress": {"streaming": False}})).one("Ingress")
     assert "annotations" not in plain["metadata"]
 
 

@@ -9,7 +9,6 @@ the pool selects exactly the gateway+Triton pods, on the port that serves ``/met
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +17,8 @@ from typing import Any
 
 import jsonschema
 import pytest
+
+from tests.deploy.values import merge_values
 
 SCHEMA = json.loads((Path(__file__).parent / "schemas" / "inferencepool-v1.json").read_text())
 FULLNAME = "llm-triton-openai-gateway"
@@ -32,17 +33,6 @@ SIDECAR = {
 }
 POOL = {"inferencePool": {"enabled": True, "endpointPicker": {"serviceName": "llm-epp"}}}
 ROUTE = {"httpRoute": {"enabled": True, "parentRefs": [{"name": "inference-gateway", "namespace": "gw"}]}}
-
-
-def _merge(*parts: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for part in parts:
-        for key, value in part.items():
-            if isinstance(value, dict) and isinstance(out.get(key), dict):
-                out[key] = _merge(out[key], value)
-            else:
-                out[key] = copy.deepcopy(value)
-    return out
 
 
 def _validate(pool: dict[str, Any]) -> None:
@@ -103,7 +93,7 @@ def test_pool_schema_requires_the_port_of_a_service_picker() -> None:
 # rendering
 
 
-@pytest.mark.parametrize("values", [{}, SIDECAR, _merge(SIDECAR, ROUTE)], ids=["defaults", "sidecar", "route"])
+@pytest.mark.parametrize("values", [{}, SIDECAR, merge_values(SIDECAR, ROUTE)], ids=["defaults", "sidecar", "route"])
 def test_no_inference_extension_objects_unless_enabled(render: RenderFn, values: dict[str, Any]) -> None:
     r = render(values)
     assert r.all("InferencePool") == []
@@ -114,7 +104,7 @@ def test_no_inference_extension_objects_unless_enabled(render: RenderFn, values:
 
 
 def test_enabled_pool_is_valid_and_selects_exactly_the_sidecar_pods(render: RenderFn) -> None:
-    r = render(_merge(SIDECAR, POOL))
+    r = render(merge_values(SIDECAR, POOL))
     pool = r.one("InferencePool", FULLNAME)
     _validate(pool)
     assert pool["metadata"]["labels"]["app.kubernetes.io/instance"] == "llm"
@@ -143,7 +133,7 @@ def test_enabled_pool_is_valid_and_selects_exactly_the_sidecar_pods(render: Rend
 
 
 def test_pool_follows_gateway_port_name_and_picker_values(render: RenderFn) -> None:
-    values = _merge(
+    values = merge_values(
         SIDECAR,
         POOL,
         {
@@ -164,7 +154,7 @@ def test_pool_follows_gateway_port_name_and_picker_values(render: RenderFn) -> N
 
 
 def test_httproute_sends_requests_to_the_pool_when_enabled(render: RenderFn) -> None:
-    r = render(_merge(SIDECAR, POOL, ROUTE, {"inferencePool": {"name": "llama-pool"}}))
+    r = render(merge_values(SIDECAR, POOL, ROUTE, {"inferencePool": {"name": "llama-pool"}}))
     route = r.one("HTTPRoute")
     (rule,) = route["spec"]["rules"]
     assert rule["backendRefs"] == [
@@ -184,7 +174,7 @@ def test_httproute_sends_requests_to_the_pool_when_enabled(render: RenderFn) -> 
     "values",
     [
         POOL,  # managed Triton: the default mode
-        _merge(POOL, {"triton": {"mode": "external", "external": {"url": "triton.gpu.svc:8001"}}}),
+        merge_values(POOL, {"triton": {"mode": "external", "external": {"url": "triton.gpu.svc:8001"}}}),
     ],
     ids=["managed", "external"],
 )
@@ -201,10 +191,10 @@ def test_pool_without_sidecar_mode_is_refused_with_the_way_out(
 @pytest.mark.parametrize(
     ("values", "expected"),
     [
-        (_merge(SIDECAR, {"inferencePool": {"enabled": True}}), "needs inferencePool.endpointPicker.serviceName"),
-        (_merge(SIDECAR, POOL, {"gateway": {"metrics": {"enabled": False}}}), "needs gateway.metrics.enabled"),
+        (merge_values(SIDECAR, {"inferencePool": {"enabled": True}}), "needs inferencePool.endpointPicker.serviceName"),
+        (merge_values(SIDECAR, POOL, {"gateway": {"metrics": {"enabled": False}}}), "needs gateway.metrics.enabled"),
         (
-            _merge(SIDECAR, POOL, {"gateway": {"extraSettings": {"metrics_require_auth": True}}}),
+            merge_values(SIDECAR, POOL, {"gateway": {"extraSettings": {"metrics_require_auth": True}}}),
             "cannot go with gateway.extraSettings.metrics_require_auth",
         ),
     ],
