@@ -70,6 +70,7 @@ from common import (  # noqa: E402
     machine_info,
     run_and_report,
     start_gateway,
+    words_text,
 )
 
 MODEL = "prefix_cache"
@@ -228,13 +229,7 @@ def _words(rng: random.Random, chars: int) -> str:
         "replica cache prefix token stream model latency batch prompt answer question gateway server "
         "request session block memory engine kernel tensor schedule route policy warm cold hit miss"
     ).split()
-    words: list[str] = []
-    size = 0
-    while size < chars:
-        word = rng.choice(vocabulary)
-        words.append(word)
-        size += len(word) + 1
-    return " ".join(words)[:chars]
+    return words_text(chars, lambda: rng.choice(vocabulary))
 
 
 def make_workload(args: argparse.Namespace) -> tuple[str, list[Conversation]]:

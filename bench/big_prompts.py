@@ -44,12 +44,14 @@ from common import (  # noqa: E402
     REFERENCE_REPOSITORY,
     TEST_REPOSITORY,
     exit_on_sigterm,
+    firehose_spec,
+    fmt,
     log,
     machine_info,
     run_load,
     start_gateway,
     start_triton,
-    triton_pid,
+    words_text,
 )
 
 WORDS_SEED = 13
@@ -60,13 +62,7 @@ def prompt_text(size: int, seed: int = WORDS_SEED) -> str:
     rng = random.Random(seed)
     letters = "abcdefghijklmnopqrstuvwxyz"
     vocabulary = ["".join(rng.choices(letters, k=rng.randint(2, 9))) for _ in range(3000)]
-    words: list[str] = []
-    length = 0
-    while length < size:
-        word = rng.choice(vocabulary)
-        words.append(word)
-        length += len(word) + 1
-    return " ".join(words)[:size]
+    return words_text(size, lambda: rng.choice(vocabulary))
 
 
 def paced_script(tokens: int, delay: float) -> str:
@@ -123,14 +119,6 @@ def _diff(a: Any, b: Any) -> float | None:
     return a - b
 
 
-def fmt(value: Any, digits: int = 1) -> str:
-    if value is None:
-        return "–"
-    if isinstance(value, float):
-        return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.{digits}f}"
-    return str(value)
-
-
 class Bench:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
@@ -142,19 +130,8 @@ class Bench:
         """Chat levels before which Triton was found dead (0: at the end of the run)."""
 
     def spec(self, **extra: Any) -> dict[str, Any]:
-        spec = {
-            "grpc_url": self.triton.grpc_url,
-            "host": "127.0.0.1",
-            "port": self.gateway.port,
-            "model": "firehose",
-            "stream": True,
-            "token_text": FIREHOSE_TOKEN,
-            "warmup": self.args.warmup,
-            "duration": self.args.duration,
-            "watch_pids": {"gateway": self.gateway.pid, "triton": triton_pid(self.triton)},
-        }
-        spec.update(extra)
-        return spec
+        window = {"warmup": self.args.warmup, "duration": self.args.duration}
+        return firehose_spec(self.triton, self.gateway, **{**window, **extra})
 
     def pair(self, label: str, **extra: Any) -> dict[str, Any]:
         out = {}

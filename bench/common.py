@@ -56,6 +56,27 @@ def run_and_report(
     return 0
 
 
+def fmt(value: Any, digits: int = 1) -> str:
+    """A table cell: ``–`` for nothing, thousands separated, else ``digits`` decimals."""
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.{digits}f}"
+    return str(value)
+
+
+def words_text(size: int, next_word: Callable[[], str]) -> str:
+    """``size`` characters of words and spaces, each word from ``next_word``: prose that a
+    tokenizer splits as it splits a real prompt (the benches' prompts, each with its own words)."""
+    words: list[str] = []
+    length = 0
+    while length < size:
+        word = next_word()
+        words.append(word)
+        length += len(word) + 1
+    return " ".join(words)[:size]
+
+
 def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
@@ -149,6 +170,23 @@ def start_gateway(triton_url: str, log_file: Path, extra_args: list[str], root: 
         time.sleep(0.2)
     gateway.stop()
     raise RuntimeError(f"gateway not ready:\n{log_file.read_text(errors='replace')[-3000:]}")
+
+
+def firehose_spec(triton: Any, gateway: Gateway, *, warmup: float, duration: float, **extra: Any) -> dict[str, Any]:
+    """A ``run_load`` spec streaming the firehose model through this Triton (floor) or gateway,
+    watching both processes' CPU; ``extra`` adds or overrides fields."""
+    return {
+        "grpc_url": triton.grpc_url,
+        "host": "127.0.0.1",
+        "port": gateway.port,
+        "model": "firehose",
+        "stream": True,
+        "token_text": FIREHOSE_TOKEN,
+        "warmup": warmup,
+        "duration": duration,
+        "watch_pids": {"gateway": gateway.pid, "triton": triton_pid(triton)},
+        **extra,
+    }
 
 
 def run_load(spec: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:

@@ -35,13 +35,14 @@ from common import (  # noqa: E402
     BENCH,
     FIREHOSE_TOKEN,
     exit_on_sigterm,
+    firehose_spec,
+    fmt,
     idle_stream_memory,
     log,
     machine_info,
     run_load,
     start_gateway,
     start_triton,
-    triton_pid,
 )
 
 METRICS = [
@@ -139,16 +140,6 @@ def ratio(a: Any, b: Any) -> float | None:
     return a / b
 
 
-def fmt(value: Any, digits: int = 1) -> str:
-    if value is None:
-        return "–"
-    if isinstance(value, float):
-        if abs(value) >= 1000:
-            return f"{value:,.0f}"
-        return f"{value:.{digits}f}"
-    return str(value)
-
-
 class Bench:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
@@ -157,23 +148,16 @@ class Bench:
         self.gateway: Any = None
 
     def base_spec(self, **extra: Any) -> dict[str, Any]:
-        spec = {
-            "grpc_url": self.triton.grpc_url,
-            "host": "127.0.0.1",
-            "port": self.gateway.port,
-            "model": "firehose",
+        args = self.args
+        defaults = {
             "prompt": "benchmark prompt",
-            "max_tokens": self.args.tokens,
-            "expect_tokens": self.args.tokens,
-            "stream": True,
-            "token_text": FIREHOSE_TOKEN,
-            "warmup": self.args.warmup,
-            "duration": self.args.duration,
-            "watch_pids": {"gateway": self.gateway.pid, "triton": triton_pid(self.triton)},
-            "uvloop": not self.args.no_uvloop_client,
+            "max_tokens": args.tokens,
+            "expect_tokens": args.tokens,
+            "uvloop": not args.no_uvloop_client,
+            "warmup": args.warmup,
+            "duration": args.duration,
         }
-        spec.update(extra)
-        return spec
+        return firehose_spec(self.triton, self.gateway, **{**defaults, **extra})
 
     def pair(self, concurrency: int, **extra: Any) -> dict[str, Any]:
         """Floor and gateway at one concurrency, --repeat times with alternating order."""

@@ -31,6 +31,7 @@ import argparse
 import asyncio
 import cProfile
 import gc
+import itertools
 import json
 import pstats
 import statistics
@@ -60,6 +61,8 @@ def _gateway_root() -> Path:
 
 sys.path.insert(0, str(_gateway_root()))
 
+from common import words_text  # noqa: E402
+
 from gateway.app import create_app  # noqa: E402
 from gateway.backend.types import BackendModel, GenerationChunk, GenerationRequest  # noqa: E402
 from gateway.config import Settings  # noqa: E402
@@ -78,13 +81,8 @@ WORDS = "the quick brown fox jumps over a lazy dog while seven bright stars keep
 
 def prompt_text(size: int) -> str:
     """Words, about ``size`` bytes (as ``big_prompts.py``: prose a tokenizer splits as usual)."""
-    out, length, i = [], 0, 0
-    while length < size:
-        word = WORDS[(i * 7 + i // 3) % len(WORDS)]
-        out.append(word)
-        length += len(word) + 1
-        i += 1
-    return " ".join(out)[:size]
+    words = (WORDS[(i * 7 + i // 3) % len(WORDS)] for i in itertools.count())
+    return words_text(size, words.__next__)
 
 
 @dataclass(frozen=True)
