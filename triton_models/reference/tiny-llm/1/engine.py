@@ -8,6 +8,7 @@ forward step; no two forwards ever overlap, so no forward can run under another 
 
 from __future__ import annotations
 
+import inspect
 import logging
 import warnings
 from dataclasses import dataclass
@@ -61,6 +62,7 @@ class TinyLlmEngine:
         # The LlamaForCausalLM carries the injected LoRA layers: calling it directly skips peft's
         # wrapper overhead while still honouring the active adapter.
         self._model = model
+        self._cache_argument = cache_argument(model)
         self._active_adapter: str | None = None
         self._set_adapter(None)
 
@@ -114,5 +116,13 @@ class TinyLlmEngine:
         """Run ``input_ids`` (the prompt, or the last token) after ``cache``; return next-token logits."""
         self._set_adapter(adapter)
         ids = torch.tensor([input_ids], dtype=torch.long)
-        output = self._model(input_ids=ids, past_key_values=cache, use_cache=True)
-        return StepResult(logits=output.logits[0, -1].float().clone(), cache=output.past_key_values)
+        name = self._cache_argument
+        output = self._model(input_ids=ids, use_cache=True, **{name: cache})
+        return StepResult(logits=output.logits[0, -1].float().clone(), cache=getattr(output, name))
+
+
+def cache_argument(model: Any) -> str:
+    """What this transformers calls the key-value cache, in ``forward``'s arguments and in its
+    output: ``cache`` from 5.2x on (``past_key_values`` is deprecated there, a FutureWarning per
+    step, and goes in 5.40), ``past_key_values`` before."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
