@@ -175,6 +175,13 @@ class Settings(BaseSettings):
     sse_ping_interval: float = Field(default=15.0, gt=0.0)
     """Seconds between SSE comment pings (``: ping``) that keep idle streams alive through proxies."""
 
+    stream_coalesce_interval: float = Field(default=0.0, ge=0.0, le=1.0)
+    """Seconds. A stream whose chunks come closer together than this (a fast model, a firehose) has
+    them written at most once per interval, grouped into one write; a stream with slower tokens
+    (most models: 5-50 ms apart) is written chunk by chunk at once, as with 0. Each chunk waits at
+    most this long; what it saves is a socket write and a wake-up per token (docs/PERFORMANCE.md
+    has the trade measured). 0 (default): every chunk is written as soon as it is made."""
+
     first_response_wait: float = Field(default=2.0, ge=0.0)
     """Streaming: how long to wait for the backend's first response before sending headers. An
     error within this window gets a real HTTP status; after it, an SSE error event."""

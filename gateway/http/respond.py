@@ -86,7 +86,11 @@ async def respond(
             first = await prime(generation, settings.first_response_wait)
             frames = answer.frames(generation, first)
             response: Response = sse_response(
-                frames, ping_interval=settings.sse_ping_interval, watch=watch, headers=placement_headers(plan)
+                frames,
+                ping_interval=settings.sse_ping_interval,
+                coalesce_interval=settings.stream_coalesce_interval,
+                watch=watch,
+                headers=placement_headers(plan),
             )
         else:
             response = JSONBytesResponse(await answer.complete(generation), headers=placement_headers(plan))

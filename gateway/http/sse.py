@@ -65,6 +65,11 @@ class SSEResponse(Response):
     ``: ping`` comment whenever nothing was written for ``ping_interval`` seconds. The frames are
     written with one ``send`` each and nothing else per frame: no task group, no cancel scope, no
     re-encoding. Idle streams cost memory, so the per-stream state is kept to that.
+
+    ``coalesce_interval``: when a frame was written less than that long after it was asked for
+    (the stream is fast), the next one is asked for only once the interval has passed, so whatever
+    the backend sent meanwhile waits in the call and comes out as one frame batch, one write. A
+    stream whose frames take longer than that to come never waits.
     """
 
     media_type = "text/event-stream"
@@ -75,9 +80,11 @@ class SSEResponse(Response):
         ping_interval: float,
         raw_headers: list[tuple[bytes, bytes]],
         watch: ClientWatch | None = None,
+        coalesce_interval: float = 0.0,
     ) -> None:
         self.frames = frames
         self.ping_interval = ping_interval
+        self.coalesce_interval = coalesce_interval
         self.status_code = 200
         self.background = None
         self.raw_headers = raw_headers
@@ -116,9 +123,16 @@ class SSEResponse(Response):
         try:
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
             send = scope.get("state", {}).get(BODY_SEND, send)
+            coalesce = self.coalesce_interval
+            asked = last_write
             async for frame in self.frames:
                 await send({"type": "http.response.body", "body": frame, "more_body": True})
-                last_write = loop.time()
+                last_write = now = loop.time()
+                if now - asked < coalesce:  # the frame was there at once: the stream is fast
+                    await asyncio.sleep(coalesce)
+                    asked = loop.time()
+                else:
+                    asked = now
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except asyncio.CancelledError:
             if not watch.taken_back():  # else our own cancel: the client left, the stream is over
@@ -142,15 +156,16 @@ def sse_response(
     frames: Frames,
     *,
     ping_interval: float,
+    coalesce_interval: float = 0.0,
     headers: Mapping[str, str] | None = None,
     watch: ClientWatch | None = None,
 ) -> SSEResponse:
     """The response for ``frames``, with the stream's headers and ``headers`` after them (a lowercase
     name replaces the stream's own)."""
     if not headers:
-        return SSEResponse(frames, ping_interval, list(_SSE_HEADERS), watch)
+        return SSEResponse(frames, ping_interval, list(_SSE_HEADERS), watch, coalesce_interval)
     merged = {name.decode(): value.decode() for name, value in _SSE_HEADERS} | dict(headers)
-    return SSEResponse(frames, ping_interval, encode_headers(merged), watch)
+    return SSEResponse(frames, ping_interval, encode_headers(merged), watch, coalesce_interval)
 
 
 def encode_headers(headers: Mapping[str, str]) -> list[tuple[bytes, bytes]]:

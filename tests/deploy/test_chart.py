@@ -126,6 +126,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
             "port": 9000,
             "requestTimeout": 900,
             "defaultMaxTokens": 512,
+            "streamCoalesceInterval": 0.002,
             "corsOrigins": ["https://app.example.com"],
         },
         "service": {"port": 80},
@@ -380,10 +381,12 @@ def test_optional_settings_are_set_only_when_given(rendered: dict[str, Rendered]
         "GATEWAY_ROUTING_PREFIX_CHARS",
         "GATEWAY_ROUTING_LOAD_FACTOR",
         "GATEWAY_TRITON_RESOLVE_INTERVAL",
+        "GATEWAY_STREAM_COALESCE_INTERVAL",
     ):
         assert unset not in defaults
     custom = _settings(rendered["custom-ports"])
     assert custom["GATEWAY_REQUEST_TIMEOUT"] == "900"
+    assert custom["GATEWAY_STREAM_COALESCE_INTERVAL"] == "0.002"
     assert custom["GATEWAY_DEFAULT_MAX_TOKENS"] == "512"
     assert json.loads(custom["GATEWAY_CORS_ORIGINS"]) == ["https://app.example.com"]
     assert _service_port(rendered["custom-ports"].one("Service", FULLNAME), "http")["port"] == 80

@@ -111,3 +111,74 @@ async def test_client_disconnect_ends_the_stream_quietly_and_closes_the_frames()
     sent, _ = await asyncio.wait_for(serve(frames, disconnect_after=0.3), 2.0)
     assert frames.closed
     assert b"data: never\n\n" not in [m.get("body") for m in sent]
+
+
+class Produced:
+    """Frames as ``StreamFrames`` makes them from a call's batches: a producer adds a token every
+    ``gap`` seconds, and each ``__anext__`` takes everything made since the last one (waiting
+    when nothing is there). Records when each token was made."""
+
+    def __init__(self, tokens: int, gap: float) -> None:
+        self.tokens, self.gap = tokens, gap
+        self.made: list[bytes] = []
+        self.taken = 0
+        self.ready = asyncio.Event()
+        self.producer: asyncio.Task[None] | None = None
+
+    async def _produce(self) -> None:
+        for i in range(self.tokens):
+            await asyncio.sleep(self.gap)
+            self.made.append(b"data: %d\n\n" % i)
+            self.ready.set()
+
+    def __aiter__(self) -> Produced:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if self.producer is None:
+            self.producer = asyncio.ensure_future(self._produce())
+        while self.taken == len(self.made):
+            if self.taken == self.tokens:
+                raise StopAsyncIteration
+            self.ready.clear()
+            await self.ready.wait()
+        batch, self.taken = b"".join(self.made[self.taken :]), len(self.made)
+        return batch
+
+    async def aclose(self) -> None:
+        if self.producer is not None:
+            self.producer.cancel()
+
+
+async def serve_produced(frames: Produced, coalesce: float) -> list[bytes]:
+    sent: list[bytes] = []
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.Event().wait()
+        return {}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body" and message["body"]:
+            sent.append(message["body"])
+
+    response = sse_response(frames, ping_interval=10.0, coalesce_interval=coalesce)  # type: ignore[arg-type]
+    await response({"type": "http", "state": {}}, receive, send)  # type: ignore[arg-type]
+    return sent
+
+
+async def test_a_fast_stream_is_written_at_most_once_per_coalesce_interval() -> None:
+    frames = Produced(tokens=200, gap=0.0005)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    writes = await serve_produced(frames, coalesce=0.02)
+    elapsed = loop.time() - started
+    assert b"".join(writes) == b"".join(b"data: %d\n\n" % i for i in range(200))  # every byte, in order
+    # The first write goes at once; after it, one write per interval at most.
+    assert len(writes) <= elapsed / 0.02 + 2
+    assert len(writes) < 200 / 4
+
+
+async def test_a_stream_slower_than_the_interval_is_written_token_by_token() -> None:
+    frames = Produced(tokens=4, gap=0.1)
+    writes = await serve_produced(frames, coalesce=0.01)
+    assert writes == [b"data: %d\n\n" % i for i in range(4)]

@@ -43,9 +43,12 @@ class BatchedCall(Generic[T]):
     larger batches instead of a queue of tiny ones (the coalescing the SSE writer relies on).
     The transport side appends to ``_items`` and calls ``_wake``, then ``_finish`` once."""
 
-    __slots__ = ("_items", "_waiter", "_error", "_done")
+    __slots__ = ("_items", "_waiter", "_error", "_done", "_loop")
 
     def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        """Kept: Python 3.11's ``get_running_loop`` makes a ``getpid`` system call (its fork check),
+        which was one of the four system calls the gateway made per token."""
         self._items: list[T] = []
         self._waiter: asyncio.Future[None] | None = None
         self._error: BaseException | None = None
@@ -83,7 +86,7 @@ class BatchedCall(Generic[T]):
                     error, self._error = self._error, None
                     raise error
                 raise StopAsyncIteration
-            waiter = self._waiter = asyncio.get_running_loop().create_future()
+            waiter = self._waiter = self._loop.create_future()
             await waiter
 
 
