@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -31,9 +32,48 @@ from gateway.core.admission import Admission
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536)
+GAP_FLUSH_EVERY = 64
+"""A stream's inter-token gaps reach the histogram in one go every this many (and at its end)."""
 LIVE_PUBLISH_INTERVAL = 0.05
 """Seconds between a worker's writes of its admission counts (several workers only): as often as
 the Inference Extension's endpoint picker scrapes by default, so its view is as fresh as ours."""
+
+
+class GapTally:
+    """One stream's inter-token gaps, counted into the histogram's buckets as plain integers and
+    added to the shared series every ``GAP_FLUSH_EVERY`` gaps and when the request ends. An
+    ``observe`` per token took a lock and two increments: ~6 % of the gateway's CPU per token at
+    64 streams (py-spy). The buckets and the sum are the same as observing each gap; only when
+    a long stream's gaps show up in a scrape moves (by at most ``GAP_FLUSH_EVERY`` gaps)."""
+
+    __slots__ = ("_series", "_bounds", "_counts", "_sum", "_pending")
+
+    def __init__(self, series: Histogram) -> None:
+        self._series = series
+        self._bounds: list[float] = series._upper_bounds
+        self._counts = [0] * len(self._bounds)
+        self._sum = 0.0
+        self._pending = 0
+
+    def add(self, gap: float) -> None:
+        # The first bound >= gap: Histogram.observe's ``amount <= bound`` (the last bound is +Inf).
+        self._counts[bisect_left(self._bounds, gap)] += 1
+        self._sum += gap
+        self._pending += 1
+        if self._pending >= GAP_FLUSH_EVERY:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._pending:
+            return
+        buckets, counts = self._series._buckets, self._counts
+        for i, count in enumerate(counts):
+            if count:
+                buckets[i].inc(count)
+                counts[i] = 0
+        self._series._sum.inc(self._sum)
+        self._sum = 0.0
+        self._pending = 0
 
 
 @dataclass(slots=True)
@@ -348,6 +388,10 @@ class Metrics:
             self.cancelled(record.cancel_reason)
         if record.error_type is not None and record.status >= 500:
             self.backend_errors.labels(record.error_type).inc()
+
+    def gap_tally(self, model: str) -> GapTally:
+        """A stream's inter-token gaps, for ``model`` (flushed by the caller when it ends)."""
+        return GapTally(self.inter_token_latency.labels(model))
 
     def _finished_series(self, model: str, adapter: str, endpoint: str, stream: bool, status: int) -> _Series:
         """The series one finished request moves, looked up once per label set: ``labels()``

@@ -12,12 +12,10 @@ from __future__ import annotations
 import asyncio
 import time
 
-from prometheus_client import Histogram
-
 from gateway.core.assemble import Usage
 from gateway.errors import BackendTimeoutError, GatewayError, ShuttingDownError
 from gateway.logs import log_request
-from gateway.metrics import Metrics, RequestRecord
+from gateway.metrics import GapTally, Metrics, RequestRecord
 from gateway.plan.prepare import GenerationPlan
 
 CLIENT_GONE: tuple[type[BaseException], ...] = (asyncio.CancelledError, GeneratorExit)
@@ -44,7 +42,7 @@ class RequestOutcome:
         self.backend_started = False
         """Set once the backend was asked to generate: a shutdown then cancels real work."""
         self._metrics = metrics
-        self._gap: Histogram | None = None
+        self._gap: GapTally | None = None
         self._gaps = plan.stream
         """Inter-token gaps are what a stream's client sees; a non-streaming client sees none."""
         self._log = log
@@ -57,10 +55,10 @@ class RequestOutcome:
         if last is None:
             record.first_token = now
         elif self._gaps:
-            gap = self._gap
-            if gap is None:
-                gap = self._gap = self._metrics.inter_token_latency.labels(record.model)
-            gap.observe(now - last)
+            gaps = self._gap
+            if gaps is None:
+                gaps = self._gap = self._metrics.gap_tally(record.model)
+            gaps.add(now - last)
         record.last_token = now
 
     def succeed(self, usage: Usage, *, stopped_early: bool) -> None:
@@ -101,6 +99,8 @@ class RequestOutcome:
         record.error_type = error_type
         if usage is not None:
             record.prompt_tokens, record.completion_tokens = usage.prompt_tokens, usage.completion_tokens
+        if self._gap is not None:
+            self._gap.flush()
         self._metrics.finish(record)
         if self._log:
             log_request(record, time.perf_counter())

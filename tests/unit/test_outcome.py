@@ -13,7 +13,7 @@ from gateway.core.admission import Admission
 from gateway.core.assemble import Usage
 from gateway.core.outcome import RequestOutcome
 from gateway.errors import BackendError, BackendTimeoutError, RateLimitError, ShuttingDownError
-from gateway.metrics import Metrics
+from gateway.metrics import GAP_FLUSH_EVERY, LATENCY_BUCKETS, Metrics
 from tests.plans import make_plan
 
 
@@ -89,9 +89,38 @@ def test_responded_sets_first_token_then_observes_each_gap() -> None:
     outcome.responded()
     outcome.responded()
     assert outcome.record.first_token == first and outcome.record.last_token > first  # type: ignore[operator]
-    assert sample(m, "gateway_inter_token_latency_seconds_count", model="m") == 2
     outcome.succeed(Usage(1, 3), stopped_early=False)
+    assert sample(m, "gateway_inter_token_latency_seconds_count", model="m") == 2  # flushed at the end
     assert sample(m, "gateway_time_to_first_token_seconds_count", model="m") == 1
+
+
+def test_a_long_stream_shows_its_gaps_before_it_ends() -> None:
+    m = metrics()
+    outcome = RequestOutcome(make_plan(), m, log=False)
+    for _ in range(GAP_FLUSH_EVERY + 1):  # the first response is the first token, not a gap
+        outcome.responded()
+    assert sample(m, "gateway_inter_token_latency_seconds_count", model="m") == GAP_FLUSH_EVERY
+    outcome.responded()
+    outcome.abandon()
+    assert sample(m, "gateway_inter_token_latency_seconds_count", model="m") == GAP_FLUSH_EVERY + 1
+
+
+def test_tallied_gaps_fill_the_same_buckets_and_sum_as_observing_each() -> None:
+    gaps = [0.0, 0.0005, 0.001, 0.0011, 0.003, 0.01, 0.02, 0.7, 59.0, 61.0, 1e9] * 9  # 99: one flush + the rest
+    tallied, observed = metrics(), metrics()
+    tally = tallied.gap_tally("m")
+    series = observed.inter_token_latency.labels("m")
+    for gap in gaps:
+        tally.add(gap)
+        series.observe(gap)
+    tally.flush()
+    tally.flush()  # nothing pending: adds nothing
+    want = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in observed.registry.collect() for s in f.samples}
+    got = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in tallied.registry.collect() for s in f.samples}
+    names = [k for k in want if k[0].startswith("gateway_inter_token_latency_seconds") and "created" not in k[0]]
+    assert len(names) == len(LATENCY_BUCKETS) + 1 + 2  # buckets with +Inf, count, sum
+    for key in names:
+        assert got[key] == pytest.approx(want[key]), key
 
 
 def test_request_log_line_is_written_once_with_the_outcome(caplog: pytest.LogCaptureFixture) -> None:
