@@ -29,6 +29,7 @@ import json
 import os
 import random
 import shlex
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -89,6 +90,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--chat-tokens", type=int, default=1000, help="tokens per chat stream")
     parser.add_argument("--duration", type=float, default=8.0, help="measured seconds per run")
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds of load before the window opens")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="floor/gateway pairs per cell, alternating order; medians are reported"
+    )
     parser.add_argument("--quick", action="store_true", help="3 s windows, 1 s warm-up, fewer levels")
     parser.add_argument("--sections", default="sweep,stall,chat", help="which sections to run")
     parser.add_argument("--gateway-root", type=Path, default=None, help="run the gateway package of this tree")
@@ -119,6 +123,24 @@ def _diff(a: Any, b: Any) -> float | None:
     return a - b
 
 
+def _median_of(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """One run's result as it is; several runs' as the median of each number (errors summed),
+    with each run's headline figures kept under ``runs``."""
+    if len(results) == 1:
+        return results[0]
+    merged = dict(results[0])
+    for key, value in results[0].items():
+        values = [r.get(key) for r in results]
+        if key == "errors":
+            merged[key] = sum(v for v in values if isinstance(v, (int, float)))
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            numbers = [v for v in values if isinstance(v, (int, float))]
+            merged[key] = statistics.median(numbers) if numbers else None
+    headline = ("tokens_per_s", "ttft_p50_ms", "gateway_cpu_us_per_token")
+    merged["runs"] = [{key: r.get(key) for key in headline} for r in results]
+    return merged
+
+
 class Bench:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
@@ -134,15 +156,19 @@ class Bench:
         return firehose_spec(self.triton, self.gateway, **{**window, **extra})
 
     def pair(self, label: str, **extra: Any) -> dict[str, Any]:
-        out = {}
-        for target in ("floor", "http"):
-            result = run_load(self.spec(target=target, **extra))
-            out["floor" if target == "floor" else "gateway"] = result
-            log(
-                f"  {label} {target:5s} {result['tokens_per_s']:8.0f} tok/s ttft p50 {fmt(result['ttft_p50_ms'])} ms "
-                f"errors {result['errors']}"
-            )
-        return out
+        """Floor and gateway on the same load, ``--repeat`` times in alternating order (floor
+        first, then gateway first, ...); each side's numbers are the medians over its runs."""
+        runs: dict[str, list[dict[str, Any]]] = {"floor": [], "gateway": []}
+        for round_ in range(self.args.repeat):
+            order = ("floor", "http") if round_ % 2 == 0 else ("http", "floor")
+            for target in order:
+                result = run_load(self.spec(target=target, **extra))
+                runs["floor" if target == "floor" else "gateway"].append(result)
+                log(
+                    f"  {label} {target:5s} {result['tokens_per_s']:8.0f} tok/s ttft p50 "
+                    f"{fmt(result['ttft_p50_ms'])} ms errors {result['errors']}"
+                )
+        return {side: _median_of(results) for side, results in runs.items()}
 
     # ------------------------------------------------------------------ sections
     def sweep(self) -> list[dict[str, Any]]:

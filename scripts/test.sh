@@ -67,7 +67,7 @@ if [ "$#" -eq 0 ]; then
     deploy_status=0
     GATEWAY_TRITON_TRANSPORT=h2 .venv/bin/python -m pytest tests/deploy -p no:cacheprovider > .test-deploy.out 2>&1 &
     deploy_pid=$!
-    GATEWAY_TRITON_TRANSPORT=h2 .venv/bin/python -m pytest --ignore=tests/deploy \
+    GATEWAY_TRITON_TRANSPORT=h2 .venv/bin/python -m pytest --durations=15 --ignore=tests/deploy \
         "${SECOND_PHASE_TESTS[@]/#/--ignore=}" || h2_status=$?
     wait "$deploy_pid" || deploy_status=$?
     cat .test-deploy.out
