@@ -182,3 +182,22 @@ async def test_a_stream_slower_than_the_interval_is_written_token_by_token() -> 
     frames = Produced(tokens=4, gap=0.1)
     writes = await serve_produced(frames, coalesce=0.01)
     assert writes == [b"data: %d\n\n" % i for i in range(4)]
+
+
+async def test_a_client_leaving_while_a_fast_stream_waits_out_its_interval_ends_it_at_once() -> None:
+    frames = Produced(tokens=1000, gap=0.001)
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.sleep(0.05)
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        pass
+
+    response = sse_response(frames, ping_interval=10.0, coalesce_interval=5.0)  # type: ignore[arg-type]
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await asyncio.wait_for(response({"type": "http", "state": {}}, receive, send), 2.0)  # type: ignore[arg-type]
+    assert loop.time() - started < 2.0  # not the 5 s interval: the watch cancelled the wait
+    await asyncio.sleep(0)  # the producer's cancellation runs
+    assert frames.producer is not None and frames.producer.cancelled()  # closed: Triton's call would be cancelled
