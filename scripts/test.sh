@@ -11,9 +11,9 @@
 # vLLM backend against vLLM's own server, docs/VLLM_LANE.md): its venv installs in the background
 # while the main suite runs, and the lane runs beside the aio run; and the chart and image tests
 # (tests/deploy) run beside the rest of the main run; the tests that start Tritons of their own
-# (SECOND_PHASE_TESTS: three replicas) run on h2 after the aio run, still beside the lane. With
-# arguments everything runs one after the other and the lane is left out (run scripts/vllm-lane.sh
-# for it).
+# (SECOND_PHASE_TESTS: three replicas, two workers, the embedded lifecycle) run on h2 after the aio
+# run, still beside the lane. With arguments everything runs one after the other and the lane is
+# left out (run scripts/vllm-lane.sh for it).
 # Exits non-zero if any run failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -58,9 +58,12 @@ fi
 .venv/bin/ruff format --check gateway tests bench scripts triton_models
 .venv/bin/mypy
 h2_status=0
-# Tests that start several tritonservers of their own: with no arguments they run after the aio
-# run, beside the vLLM lane (which takes longer than the aio run), instead of lengthening the h2 run.
-SECOND_PHASE_TESTS=(tests/integration/test_replicas.py)
+# Tests that start tritonservers or gateway processes of their own (three replicas; two workers;
+# the embedded launcher's lifecycle): with no arguments they run after the aio run, beside the vLLM
+# lane (which takes longer than the aio run alone), instead of lengthening the h2 run.
+SECOND_PHASE_TESTS=(
+    tests/integration/test_replicas.py tests/integration/test_workers.py tests/integration/test_embedded_lifecycle.py
+)
 if [ "$#" -eq 0 ]; then
     # The chart and image tests (helm's renderer, a pip install) run beside the rest: they share
     # nothing with it but the machine, and the suite passes on a loaded machine.

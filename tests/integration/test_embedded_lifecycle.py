@@ -149,7 +149,9 @@ def test_a_picked_port_taken_before_triton_binds_it_is_picked_again(
         taken.listen()
         ports = iter([taken.getsockname()[1]])
         monkeypatch.setattr(launcher, "free_port", lambda: next(ports, None) or free_port())
-        server = launcher.TritonServer(ROOT / "triton_models" / "reference", log_file=tmp_path / "triton.log")
+        repository = tmp_path / "repository"  # a model that loads in about a second: only ports matter here
+        shutil.copytree(PROBE_MODEL, repository / PROBE_MODEL.name)
+        server = launcher.TritonServer(repository, log_file=tmp_path / "triton.log")
         server.start()
         try:
             assert server.grpc_port != taken.getsockname()[1]
