@@ -392,16 +392,17 @@ def markdown(result: dict[str, Any]) -> str:
             f"{fmt(row['gateway']['ttft_p50_ms'], 2)} | {fmt(row['added_ttft_p50_ms'], 2)} | "
             f"{fmt(row['ttft_ratio'], 2)} |"
         )
-    stall = result.get("stall") or {"delay_s": 0, "count": 0, "bytes": 0}
-    lines += [
-        "",
-        f"### Stall: a stream at one token per {stall['delay_s'] * 1000:.0f} ms while {stall['count']} chat requests "
-        f"with a {stall['bytes']:,} B prompt arrive",
-        "",
-        "| client | idle gap p50 / p99 / max ms | loaded gap p50 / p99 / max ms | loaded p99 / idle p99 "
-        "| large request p50 ms |",
-        "|---|---|---|---:|---:|",
-    ]
+    stall = result.get("stall") or {}
+    if stall:  # not run with --sections without stall
+        lines += [
+            "",
+            f"### Stall: a stream at one token per {stall['delay_s'] * 1000:.0f} ms while {stall['count']} chat "
+            f"requests with a {stall['bytes']:,} B prompt arrive",
+            "",
+            "| client | idle gap p50 / p99 / max ms | loaded gap p50 / p99 / max ms | loaded p99 / idle p99 "
+            "| large request p50 ms |",
+            "|---|---|---|---:|---:|",
+        ]
     for who in ("floor", "gateway") if "floor" in stall else ():
         r = stall[who]
         idle, loaded = r["idle"], r["loaded"]
