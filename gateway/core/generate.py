@@ -65,6 +65,12 @@ class Generation:
         self._closed = False
 
     @property
+    def done(self) -> bool:
+        """No step is left: every choice has ended (or the generation was closed). The next
+        ``__anext__`` reads nothing from the backend; it closes the generation and stops."""
+        return self._done
+
+    @property
     def usage(self) -> Usage:
         return self.assembler.usage
 

@@ -95,6 +95,10 @@ class ResponseFrames:
     def __aiter__(self) -> ResponseFrames:
         return self
 
+    @property
+    def ended(self) -> bool:
+        return self._ended
+
     async def __anext__(self) -> bytes:
         if self._ended:
             raise StopAsyncIteration

@@ -48,7 +48,12 @@ BODY_SEND = "body_send"
 
 
 class Frames(Protocol):
-    """The SSE frames of one stream; ``aclose`` stops whatever produces them."""
+    """The SSE frames of one stream; ``aclose`` stops whatever produces them. ``ended`` is true
+    once the frame just returned is the stream's last (``[DONE]``, or an error event), so the
+    response can end its body with it instead of with an empty write after it."""
+
+    @property
+    def ended(self) -> bool: ...
 
     def __aiter__(self) -> Frames: ...
 
@@ -125,7 +130,11 @@ class SSEResponse(Response):
             send = scope.get("state", {}).get(BODY_SEND, send)
             coalesce = self.coalesce_interval
             asked = last_write
-            async for frame in self.frames:
+            frames = self.frames
+            async for frame in frames:
+                if frames.ended:  # the body ends with this frame: one write, not two
+                    await send({"type": "http.response.body", "body": frame, "more_body": False})
+                    return
                 await send({"type": "http.response.body", "body": frame, "more_body": True})
                 last_write = now = loop.time()
                 if now - asked < coalesce:  # the frame was there at once: the stream is fast

@@ -77,33 +77,46 @@ class StreamFrames:
     def __aiter__(self) -> StreamFrames:
         return self
 
+    @property
+    def ended(self) -> bool:
+        return self._ended
+
     async def __anext__(self) -> bytes:
         if self._ended:
             raise StopAsyncIteration
         generation = self._generation
+        out = b""
         try:
             first = self._first
             if first is None:
-                events = await generation.__anext__()
+                out = self._chunks(await generation.__anext__())
             else:
                 self._first = None
                 if not isinstance(first, list):
                     first = await first
-                return self._opening(first)
+                out = self._opening(first)
+            if not generation.done:
+                return out
+            # Every choice has ended: the closing goes out with this step's chunks, in one write.
+            # A finished generation's next step reads nothing: it closes it and stops.
+            await generation.__anext__()
+            raise StopAsyncIteration  # never reached: a finished generation yields no step
         except StopAsyncIteration:
             self._ended = True
             closing = DONE_FRAME
             if self._include_usage:
                 closing = self._encoder.usage_chunk(generation.usage) + closing
-            return closing
+            return out + closing
         except GatewayError as exc:
             self._ended = True
             logger.warning("request failed mid-stream: %s", exc.message)
-            return error_event(exc)
+            return out + error_event(exc)
         except Exception:  # a bug below must still end the body with an event, never cut it off
             self._ended = True
             logger.exception("request failed mid-stream with an unexpected error")
-            return error_event(GatewayError("The server had an error while processing your request."))
+            return out + error_event(GatewayError("The server had an error while processing your request."))
+
+    def _chunks(self, events: list[ChoiceEvent]) -> bytes:
         if self._usage is None:
             return self._encoder.events(events, None)
         return self._continuous_events(events, self._usage)

@@ -27,10 +27,12 @@ def test_frames_byte_exact() -> None:
 class Frames:
     """Scripted frames, with an optional pause before each; records ``aclose``."""
 
-    def __init__(self, frames: list[bytes], pause: float = 0.0) -> None:
+    def __init__(self, frames: list[bytes], pause: float = 0.0, *, says_last: bool = False) -> None:
         self.frames = list(frames)
         self.pause = pause
         self.closed = False
+        self.says_last = says_last
+        self.ended = False
 
     def __aiter__(self) -> Frames:
         return self
@@ -39,7 +41,9 @@ class Frames:
         if not self.frames:
             raise StopAsyncIteration
         await asyncio.sleep(self.pause)
-        return self.frames.pop(0)
+        frame = self.frames.pop(0)
+        self.ended = self.says_last and not self.frames
+        return frame
 
     async def aclose(self) -> None:
         self.closed = True
@@ -87,6 +91,13 @@ async def test_each_frame_is_one_send_then_an_empty_last_body() -> None:
     assert frames.closed
 
 
+async def test_a_last_frame_said_so_ends_the_body_itself() -> None:
+    frames = Frames([b"data: a\n\n", DONE_FRAME], says_last=True)
+    sent, _ = await serve(frames)
+    assert [(m["body"], m["more_body"]) for m in sent[1:]] == [(b"data: a\n\n", True), (DONE_FRAME, False)]
+    assert frames.closed
+
+
 async def test_body_frames_go_to_the_outer_send_when_the_middleware_left_it() -> None:
     sent, body = await serve(Frames([b"data: a\n\n"]), body_send=True)
     assert [m["type"] for m in sent] == ["http.response.start"]
@@ -124,6 +135,7 @@ class Produced:
         self.taken = 0
         self.ready = asyncio.Event()
         self.producer: asyncio.Task[None] | None = None
+        self.ended = False
 
     async def _produce(self) -> None:
         for i in range(self.tokens):

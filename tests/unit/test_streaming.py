@@ -160,3 +160,18 @@ async def test_continuous_usage_is_exact_on_every_chunk_from_the_role_chunk_on(b
         assert frame["usage"]["completion_tokens"] == seen
     assert seen == 3 and finish["usage"]["completion_tokens"] == 3 and finish["choices"][0]["finish_reason"] == "length"
     assert totals["choices"] == [] and totals["usage"]["completion_tokens"] == 3
+
+
+async def test_the_step_that_ends_every_choice_carries_the_closing_in_the_same_frame() -> None:
+    plan = make_plan(include_usage=True)
+    generation, outcome = start(ScriptedBackend(text_chunks(b"he", b"llo", reason="length", prompt_tokens=3)), plan)
+    frames = StreamFrames(plan, generation, await prime(generation, 1.0))
+    try:
+        steps = [frame async for frame in frames]
+    finally:
+        await frames.aclose()
+    last = steps[-1]
+    assert frames.ended
+    assert b'"finish_reason":"length"' in last and b'"completion_tokens":2' in last and last.endswith(b"[DONE]\n\n")
+    assert not any(b"[DONE]" in step for step in steps[:-1])
+    assert outcome.record.status == 200  # the generation was closed before its last bytes went out
