@@ -127,7 +127,7 @@ async def test_client_disconnect_ends_the_stream_quietly_and_closes_the_frames()
 class Produced:
     """Frames as ``StreamFrames`` makes them from a call's batches: a producer adds a token every
     ``gap`` seconds, and each ``__anext__`` takes everything made since the last one (waiting
-    when nothing is there). Records when each token was made."""
+    when nothing is there)."""
 
     def __init__(self, tokens: int, gap: float) -> None:
         self.tokens, self.gap = tokens, gap
