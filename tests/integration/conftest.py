@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -39,6 +40,28 @@ if TRANSPORT not in ("h2", "aio"):
 
 def pytest_report_header() -> str:
     return f"gateway transport to Triton: {TRANSPORT}"
+
+
+_STOPPING: list[threading.Thread] = []
+
+
+def stop_in_background(*servers: TritonServer) -> None:
+    """Stop Tritons a fixture or test is done with, without waiting for them: a Triton takes ~3 s
+    to exit (it polls its models' unload once a second), which the next tests need not wait out.
+    For a Triton whose port is reused at once, or whose end a test asserts, call ``stop()``."""
+    for server in servers:
+        thread = threading.Thread(target=server.stop, name="stop-tritonserver")
+        thread.start()
+        _STOPPING.append(thread)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _tritons_stopped() -> Iterator[None]:
+    """Set up first, torn down last: every Triton stopped in the background has exited (and its
+    stubs with it) before the session ends."""
+    yield
+    for thread in _STOPPING:
+        thread.join()
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from gateway.triton_launcher import TritonServer
-from tests.integration.conftest import ROOT
+from tests.integration.conftest import ROOT, stop_in_background
 
 LOCALE_REPOSITORY = ROOT / "tests" / "triton_models_locale"
 
@@ -27,7 +27,7 @@ def locale_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonSe
     server = TritonServer(LOCALE_REPOSITORY, log_file=log, extra_env={"LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"})
     server.start()
     yield server
-    server.stop()
+    stop_in_background(server)
 
 
 def _infer(server: TritonServer, model: str) -> str:

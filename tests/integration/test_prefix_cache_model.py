@@ -25,7 +25,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from gateway.triton_launcher import TritonServer
-from tests.integration.conftest import TEST_REPOSITORY, read_metric, wait_for
+from tests.integration.conftest import TEST_REPOSITORY, read_metric, stop_in_background, wait_for
 
 MODEL = "prefix_cache"
 SMALL = "prefix_cache_small"  # 8-char blocks, 4 blocks of cache
@@ -55,8 +55,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
     configured_copy(repository, SLOW, {"prefill_us_per_char": "200000"})
     loads = [f"--load-model={name}" for name in (MODEL, SMALL, SLOW)]
     log = tmp_path_factory.mktemp("prefix-triton") / "tritonserver.log"
-    with TritonServer(repository, log_file=log, extra_args=("--model-control-mode=explicit", *loads)) as srv:
-        yield srv
+    srv = TritonServer(repository, log_file=log, extra_args=("--model-control-mode=explicit", *loads)).start()
+    yield srv
+    stop_in_background(srv)
 
 
 @dataclass

@@ -34,6 +34,7 @@ from tests.integration.conftest import (
     read_metric,
     start_gateway,
     stop_gateway,
+    stop_in_background,
     wait_for,
 )
 from tests.integration.nginx import Nginx
@@ -288,7 +289,7 @@ def test_reload_then_triton_killed_and_restarted_behind_nginx(tmp_path: Path, ga
         assert_serves(gateway)
     finally:
         proxy.kill()
-        private.stop()
+        stop_in_background(private)
     assert not proxy.worker_pids()
 
 

@@ -23,6 +23,7 @@ import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from gateway.triton_launcher import TritonServer
+from tests.integration.conftest import stop_in_background
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TEST_REPOSITORY = REPO_ROOT / "tests" / "triton_models"
@@ -38,11 +39,12 @@ ALL_FLAGS = (
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[TritonServer]:
-    with TritonServer(
+    srv = TritonServer(
         REPO_ROOT / "triton_models" / "reference",
         extra_args=(f"--model-repository={TEST_REPOSITORY}",),
-    ) as srv:
-        yield srv
+    ).start()
+    yield srv
+    stop_in_background(srv)
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ import openai
 import pytest
 
 from gateway.triton_launcher import TritonServer
-from tests.integration.conftest import TEST_REPOSITORY, GatewayProcess, start_gateway, stop_gateway
+from tests.integration.conftest import TEST_REPOSITORY, GatewayProcess, start_gateway, stop_gateway, stop_in_background
 
 MODEL = "scripted"
 REPLICAS = 3
@@ -43,8 +43,7 @@ def tritons(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[TritonSer
     with ThreadPoolExecutor(REPLICAS) as pool:
         list(pool.map(lambda s: s.start(), servers))
     yield servers
-    for server in servers:
-        server.stop()
+    stop_in_background(*servers)
 
 
 @pytest.fixture(scope="module")

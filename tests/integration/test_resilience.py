@@ -21,6 +21,7 @@ from tests.integration.conftest import (
     read_metric,
     start_gateway,
     stop_gateway,
+    stop_in_background,
     wait_for,
 )
 
@@ -207,7 +208,7 @@ def test_gateway_started_before_triton_serves_once_triton_is_up(own_gateway, tmp
         up = httpx.post(gateway.url + "/v1/completions", json={"model": SCRIPTED, "prompt": slow_script(1)})
         assert up.status_code == 200 and up.json()["choices"][0]["text"] == "tok "
     finally:
-        triton.stop()
+        stop_in_background(triton)
 
 
 def test_triton_killed_mid_stream_then_back(own_gateway, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -233,7 +234,7 @@ def test_triton_killed_mid_stream_then_back(own_gateway, tmp_path: Path) -> None
         again = httpx.post(gateway.url + "/v1/completions", json={"model": SCRIPTED, "prompt": slow_script(2, 0.0)})
         assert again.status_code == 200 and again.json()["choices"][0]["text"] == "tok tok "
     finally:
-        triton.stop()
+        stop_in_background(triton)
 
 
 # -- graceful shutdown -------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from gateway.triton_launcher import TritonServer
-from tests.integration.conftest import TEST_REPOSITORY, GatewayProcess, start_gateway, stop_gateway
+from tests.integration.conftest import TEST_REPOSITORY, GatewayProcess, start_gateway, stop_gateway, stop_in_background
 
 
 def make_client_certificate(directory: Path, ca_cert: Path, ca_key: Path) -> tuple[Path, Path]:
@@ -101,7 +101,7 @@ def tls_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Trito
     )
     server.start()
     yield server, ca
-    server.stop()
+    stop_in_background(server)
 
 
 def _gateway(triton: TritonServer, log: Path, *flags: str, ready: bool) -> GatewayProcess:
@@ -146,7 +146,7 @@ def mtls_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Trit
     )
     server.start()
     yield server, ca, client_cert, client_key
-    server.stop()
+    stop_in_background(server)
 
 
 def test_mutual_tls_streams_with_a_client_certificate(
