@@ -415,15 +415,18 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         "### Chat workload (chat endpoint, ~10 KB prompt, 1000-token streams)",
         "",
-        "| c | floor tok/s | gateway tok/s | gateway/floor | TTFT p50 floor / gateway ms | gw CPU µs/token | errors |",
-        "|---:|---:|---:|---:|---|---:|---|",
+        "| c | floor tok/s | gateway tok/s | gateway/floor | TTFT p50 floor / gateway ms | gw CPU µs/token "
+        "| of which kernel | gw context switches/token | floor client CPU µs/token | errors |",
+        "|---:|---:|---:|---:|---|---:|---:|---:|---:|---|",
     ]
     for level in result["chat"]:
         f, g = level["floor"], level["gateway"]
         lines.append(
             f"| {level['concurrency']} | {fmt(f['tokens_per_s'])} | {fmt(g['tokens_per_s'])} | "
             f"{fmt(level['tokens_ratio'], 2)} | {fmt(f['ttft_p50_ms'], 1)} / {fmt(g['ttft_p50_ms'], 1)} | "
-            f"{fmt(g.get('gateway_cpu_us_per_token'))} | {f['errors']} / {g['errors']} |"
+            f"{fmt(g.get('gateway_cpu_us_per_token'))} | {fmt(g.get('gateway_sys_us_per_token'))} | "
+            f"{fmt(g.get('gateway_switches_per_token'), 2)} | {fmt(f.get('client_cpu_us_per_token'))} | "
+            f"{f['errors']} / {g['errors']} |"
         )
     if result.get("triton_died_before_level"):
         lines += ["", f"Triton died (and was restarted) before levels {result['triton_died_before_level']}."]

@@ -45,12 +45,34 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 def proc_cpu_seconds(pid: int) -> float | None:
     """utime + stime of a process (all threads), in seconds."""
+    split = proc_cpu_split(pid)
+    return None if split is None else split[0] + split[1]
+
+
+def proc_cpu_split(pid: int) -> tuple[float, float] | None:
+    """(utime, stime) of a process (all threads), in seconds: the kernel's share is what a relay
+    pays for its sockets and wake-ups whatever language its own code is in."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
             fields = handle.read().rsplit(b")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+        return int(fields[11]) / CLK_TCK, int(fields[12]) / CLK_TCK
     except (OSError, IndexError, ValueError):
         return None
+
+
+def proc_context_switches(pid: int) -> int | None:
+    """Voluntary and involuntary context switches of all of a process's threads: a relay that
+    sleeps between tokens switches once per token."""
+    total = 0
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/status", "rb") as handle:
+                for line in handle:
+                    if b"ctxt_switches:" in line:
+                        total += int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return total
 
 
 def proc_tree(pid: int) -> list[int]:
@@ -523,11 +545,16 @@ class Runner:
         watch = {name: pid for name, pid in (spec.get("watch_pids") or {}).items() if pid}
         tree_names = set(spec.get("watch_trees") or ("triton",))  # tritonserver + its model stubs
         cpu: dict[str, dict[str, float | None]] = {name: {} for name in [*watch, "client"]}
+        kernel: dict[str, dict[str, tuple[float, float] | None]] = {name: {} for name in watch}
+        switches: dict[str, dict[str, int | None]] = {name: {} for name in watch}
         rss_samples: dict[str, list[int]] = {name: [] for name in watch}
 
         def mark(edge: str) -> None:
             for name, pid in watch.items():
                 cpu[name][edge] = tree_cpu_seconds(pid) if name in tree_names else proc_cpu_seconds(pid)
+                if name not in tree_names:
+                    kernel[name][edge] = proc_cpu_split(pid)
+                    switches[name][edge] = proc_context_switches(pid)
                 rss = proc_rss_bytes(pid)
                 if rss is not None:
                     rss_samples[name].append(rss)
@@ -599,6 +626,13 @@ class Runner:
             if start is not None and end is not None and window.tokens:
                 result[f"{name}_cpu_s"] = end - start
                 result[f"{name}_cpu_us_per_token"] = (end - start) / window.tokens * 1e6
+        for name in kernel:
+            split_start, split_end = kernel[name].get("start"), kernel[name].get("end")
+            if split_start is not None and split_end is not None and window.tokens:
+                result[f"{name}_sys_us_per_token"] = (split_end[1] - split_start[1]) / window.tokens * 1e6
+            count_start, count_end = switches[name].get("start"), switches[name].get("end")
+            if count_start is not None and count_end is not None and window.tokens:
+                result[f"{name}_switches_per_token"] = (count_end - count_start) / window.tokens
         for name, samples in rss_samples.items():
             if samples:
                 result[f"{name}_rss_mb_end"] = samples[-1] / 2**20
