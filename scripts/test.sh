@@ -86,11 +86,13 @@ for arg in "$@"; do
     esac
 done
 # What the transport carries: streaming, cancellation, errors mid-stream, backpressure, proxies
-# (GOAWAY), TLS, both backend contracts and the embedded Triton.
+# (GOAWAY), TLS, both backend contracts and the embedded Triton. Not the files that never reach the
+# transport: the HTTP edge's (auth, CORS, limits, metrics: test_edge) or the model's own over raw
+# gRPC (test_reference_model).
 AIO_TESTS=(
     tests/integration/test_chat.py tests/integration/test_stream_truth.py tests/integration/test_resilience.py
     tests/integration/test_proxy_drain.py tests/integration/test_tls.py tests/integration/test_trtllm.py
-    tests/integration/test_reference_model.py tests/integration/test_edge.py tests/integration/test_embedded.py
+    tests/integration/test_embedded.py
 )
 # The vLLM lane (its own venv and servers) runs beside the aio run, once its install is done.
 lane_status=skipped
