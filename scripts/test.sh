@@ -10,7 +10,8 @@
 # With no arguments it also runs the vLLM lane (scripts/vllm-lane.sh: the gateway over Triton's real
 # vLLM backend against vLLM's own server, docs/VLLM_LANE.md): its venv installs in the background
 # while the main suite runs, and the lane runs beside the aio run; and the chart and image tests
-# (tests/deploy) run beside the rest of the main run; the tests that start Tritons of their own
+# (tests/deploy), then the unit and store tests, run beside the h2 integration tests; the tests
+# that start Tritons of their own
 # (SECOND_PHASE_TESTS: three replicas, two workers, the embedded lifecycle) run on h2 after the aio
 # run, still beside the lane. With arguments everything runs one after the other and the lane is
 # left out (run scripts/vllm-lane.sh for it).
@@ -65,16 +66,23 @@ SECOND_PHASE_TESTS=(
     tests/integration/test_replicas.py tests/integration/test_workers.py tests/integration/test_embedded_lifecycle.py
 )
 if [ "$#" -eq 0 ]; then
-    # The chart and image tests (helm's renderer, a pip install) run beside the rest: they share
-    # nothing with it but the machine, and the suite passes on a loaded machine.
-    deploy_status=0
-    GATEWAY_TRITON_TRANSPORT=h2 .venv/bin/python -m pytest tests/deploy -p no:cacheprovider > .test-deploy.out 2>&1 &
-    deploy_pid=$!
-    GATEWAY_TRITON_TRANSPORT=h2 .venv/bin/python -m pytest --durations=15 --ignore=tests/deploy \
+    # The integration tests leave about one core of the two idle (they wait on Tritons and
+    # gateways), so the chart and image tests (helm's renderer, a pip install), then the unit and
+    # store tests, run beside them, one after the other: they share nothing with them but the
+    # machine, and the suite passes on a loaded machine.
+    beside_status=0
+    (
+        status=0
+        GATEWAY_TRITON_TRANSPORT=h2 .venv/bin/python -m pytest tests/deploy -p no:cacheprovider || status=$?
+        GATEWAY_TRITON_TRANSPORT=h2 .venv/bin/python -m pytest tests/unit tests/store -p no:cacheprovider || status=$?
+        exit "$status"
+    ) > .test-beside.out 2>&1 &
+    beside_pid=$!
+    GATEWAY_TRITON_TRANSPORT=h2 .venv/bin/python -m pytest --durations=15 tests/integration \
         "${SECOND_PHASE_TESTS[@]/#/--ignore=}" || h2_status=$?
-    wait "$deploy_pid" || deploy_status=$?
-    cat .test-deploy.out
-    [ "$deploy_status" -eq 0 ] || h2_status=$deploy_status
+    wait "$beside_pid" || beside_status=$?
+    cat .test-beside.out
+    [ "$beside_status" -eq 0 ] || h2_status=$beside_status
 else
     GATEWAY_TRITON_TRANSPORT=h2 .venv/bin/python -m pytest "$@" || h2_status=$?
 fi
