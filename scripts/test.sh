@@ -11,10 +11,9 @@
 # vLLM backend against vLLM's own server, docs/VLLM_LANE.md): its venv installs in the background
 # while the main suite runs, and the lane runs beside the aio run; and the chart and image tests
 # (tests/deploy), then the unit and store tests, run beside the h2 integration tests; the tests
-# that start Tritons of their own
-# (SECOND_PHASE_TESTS: three replicas, two workers, the embedded lifecycle) run on h2 after the aio
-# run, still beside the lane. With arguments everything runs one after the other and the lane is
-# left out (run scripts/vllm-lane.sh for it).
+# that start Tritons of their own (SECOND_PHASE_TESTS: three replicas, two workers, the embedded
+# lifecycle) run on h2 after the aio run, still beside the lane. With arguments everything runs one
+# after the other and the lane is left out (run scripts/vllm-lane.sh for it).
 # Exits non-zero if any run failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
