@@ -9,14 +9,12 @@ figure (``gateway_bench.py``) moves ±15 % run to run; the best of several round
 Its µs/token is *part* of the gateway's: add the socket write per chunk (~12-15 µs), the
 event-loop wake-ups, uvicorn and the per-request HTTP work.
 
-``--through-h2`` swaps in a variant of ``GrpcConnection.data_received`` that hands every frame,
-DATA included, to h2 (flow control by ``acknowledge_received_data``): the design the transport
-does not use, measured here so the choice can be checked again (docs/PERFORMANCE.md). The last
-line times the reassembly of one large message cut in 16 KiB frames (loop time of all the frames'
-``data_received``, fresh process memory included).
+The second line is the per-request part measured the same way (prepare, admit, open the call: the
+HTTP/2 HEADERS and DATA out, the response HEADERS in). The last lines time the reassembly of one
+large message cut in 16 KiB frames (loop time of all the frames' ``data_received``, fresh process
+memory included).
 
     .venv/bin/python bench/hotpath.py --requests 300 --tokens 64
-    .venv/bin/python bench/hotpath.py --through-h2
 """
 
 from __future__ import annotations
@@ -40,8 +38,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gateway.backend.replicas.endpoints import parse_endpoints
 from gateway.backend.replicas.pool import ReplicaPool
 from gateway.backend.replicas.router import Policy, Router
-from gateway.backend.transport import h2conn
-from gateway.backend.transport.base import CANCELLED, UNAVAILABLE, CallError
 from gateway.backend.transport.h2 import GrpcConnection
 from gateway.backend.triton import TritonBackend
 from gateway.backend.types import BackendModel
@@ -193,51 +189,6 @@ async def run(requests: int, tokens: int) -> tuple[float, float]:
     return per_token, per_request
 
 
-def _data_received_through_h2(self: Any, data: bytes) -> None:
-    """Every frame through h2; a call's bytes are acknowledged to h2 once per 64 KiB."""
-    try:
-        events = self._h2.receive_data(data)
-    except h2.exceptions.ProtocolError as exc:
-        self._fail_all(CallError(UNAVAILABLE, str(exc)))
-        return
-    calls = self._calls
-    for event in events:
-        kind = type(event)
-        if kind is h2.events.DataReceived:
-            call = calls.get(event.stream_id)
-            if call is None:
-                self._h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
-                continue
-            call._data(event.data, 0)
-            call._unacked += event.flow_controlled_length
-            if call._unacked >= 65_536:
-                self._h2.acknowledge_received_data(call._unacked, event.stream_id)
-                call._unacked = 0
-        elif kind is h2.events.ResponseReceived or kind is h2.events.TrailersReceived:
-            call = calls.get(event.stream_id)
-            if call is not None:
-                call._headers(event.headers)
-        elif kind is h2.events.StreamEnded:
-            call = calls.pop(event.stream_id, None)
-            if call is not None:
-                call._ended()
-                self._release_slot()
-        elif kind is h2.events.StreamReset:
-            call = calls.pop(event.stream_id, None)
-            if call is not None:
-                call._finish(CallError(CANCELLED, "reset"))
-    self._flush()
-
-
-def _connection_made_through_h2(self: Any, transport: Any) -> None:
-    _connection_made(self, transport)
-    self._h2.increment_flow_control_window(self._connection_window - 65_535)
-    self._h2.data_to_send()  # already sent by the original: only h2's count of the window changes
-
-
-_connection_made = h2conn.GrpcConnection.connection_made
-
-
 async def reassembly(size: int) -> float:
     """Milliseconds of loop time to receive one ``size``-byte message in 16 KiB frames."""
     transport = _Transport()
@@ -271,11 +222,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--through-h2", action="store_true", help="DATA frames through h2 too (see above)")
     args = parser.parse_args()
-    if args.through_h2:
-        h2conn.GrpcConnection.data_received = _data_received_through_h2  # type: ignore[method-assign]
-        h2conn.GrpcConnection.connection_made = _connection_made_through_h2  # type: ignore[method-assign]
     results = [asyncio.run(run(args.requests, args.tokens)) for _ in range(args.rounds)]
     tokens = [r[0] for r in results]
     print(

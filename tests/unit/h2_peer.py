@@ -42,6 +42,10 @@ class Peer(asyncio.Protocol):
         self.resets: dict[int, int] = {}
         self.window_updates = 0
         self.ping_acks = 0
+        self.data_frames: list[int] = []
+        """The size of each DATA frame the client sent."""
+        self.goaways: list[tuple[int, bytes]] = []
+        """The client's GOAWAYs: error code, debug data."""
         self.transport: asyncio.Transport | None = None
         self.tasks: set[asyncio.Task[None]] = set()
         self.lost = asyncio.get_running_loop().create_future()
@@ -62,6 +66,7 @@ class Peer(asyncio.Protocol):
                 self.bodies[event.stream_id] = b""
             elif isinstance(event, h2.events.DataReceived):
                 self.bodies[event.stream_id] += event.data
+                self.data_frames.append(event.flow_controlled_length)
                 if self.ack_data:
                     self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
             elif isinstance(event, h2.events.StreamEnded):
@@ -73,6 +78,8 @@ class Peer(asyncio.Protocol):
                 self.window_updates += 1
             elif isinstance(event, h2.events.PingAckReceived):
                 self.ping_acks += 1
+            elif isinstance(event, h2.events.ConnectionTerminated):
+                self.goaways.append((event.error_code, event.additional_data or b""))
         self.flush()
 
     def flush(self) -> None:
@@ -103,6 +110,13 @@ class Peer(asyncio.Protocol):
         frame = GoAwayFrame(0, last_stream_id=last_stream_id, error_code=error_code, additional_data=debug)
         assert self.transport is not None
         self.transport.write(frame.serialize())
+
+    def raw(self, data: bytes) -> None:
+        """Bytes h2 would not send (a protocol violation, a frame on a stream it closed), after
+        whatever h2 has queued."""
+        self.flush()
+        assert self.transport is not None
+        self.transport.write(data)
 
     async def wait_ping_ack(self, count: int = 1) -> None:
         for _ in range(500):

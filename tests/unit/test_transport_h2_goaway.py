@@ -5,18 +5,15 @@ not take fail as retryable; new calls go to a new connection; an error GOAWAY fa
 from __future__ import annotations
 
 import asyncio
-from importlib.metadata import version
 
 import h2.connection
 import h2.errors
 import h2.events
 import h2.exceptions
 import pytest
-from hyperframe.frame import GoAwayFrame, PingFrame
 
 from gateway.backend.transport import base as grpc_status
 from gateway.backend.transport.h2 import CallError, Keepalive
-from gateway.backend.transport.h2conn import _DrainingH2Connection
 from tests.unit.h2_peer import PATH, Peer, collect, grpc_message, serve, serve_transport, until
 
 pytestmark = pytest.mark.anyio
@@ -27,37 +24,6 @@ MESSAGES = 20
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-def test_h2_is_a_version_whose_goaway_handling_the_patch_knows() -> None:
-    """``_DrainingH2Connection`` overrides h2's private ``_receive_goaway_frame`` (dispatched per
-    frame type through a table of bound methods). Checked on h2 4.1-4.4; another major version may
-    have moved it (or fixed python-hyper/h2#1181): read it again before widening this range."""
-    major, minor = (int(part) for part in version("h2").split(".")[:2])
-    assert (4, 1) <= (major, minor) < (5, 0)
-    assert "_receive_goaway_frame" in vars(h2.connection.H2Connection)
-
-
-def _client_after_graceful_goaway(cls: type[h2.connection.H2Connection]) -> h2.connection.H2Connection:
-    client = cls(h2.config.H2Configuration(client_side=True, header_encoding=None))
-    client.initiate_connection()
-    client.send_headers(1, [(b":method", b"POST"), (b":path", b"/"), (b":scheme", b"http"), (b":authority", b"x")])
-    client.receive_data(GoAwayFrame(0, last_stream_id=2**31 - 1).serialize())
-    return client
-
-
-def test_unpatched_h2_closes_the_whole_connection_on_a_graceful_goaway() -> None:
-    """The upstream behaviour the patch exists for; when this fails, h2 fixed it."""
-    client = _client_after_graceful_goaway(h2.connection.H2Connection)
-    with pytest.raises(h2.exceptions.ProtocolError, match="CLOSED"):
-        client.receive_data(PingFrame(0, opaque_data=b"drain!!!").serialize())
-
-
-def test_the_patched_connection_takes_frames_after_a_graceful_goaway() -> None:
-    client = _client_after_graceful_goaway(_DrainingH2Connection)
-    events = client.receive_data(PingFrame(0, opaque_data=b"drain!!!").serialize())
-    assert [type(e) for e in events] == [h2.events.PingReceived]
-    assert client.data_to_send().endswith(b"drain!!!")  # the ack went out
 
 
 async def _stream_slowly(peer: Peer, sid: int, request: bytes) -> None:

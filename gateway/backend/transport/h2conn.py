@@ -8,17 +8,29 @@ the socket: one ``data_received`` carries every frame that arrived, and each gRP
 and queued for its call in place, with no thread and no task. Unary control calls (readiness, the
 repository index) stay on ``grpc.aio``: they are not on the hot path.
 
-The h2 library keeps HTTP/2's state (HPACK, settings, stream states, resets, GOAWAY, pings) for
-every frame except DATA payloads: those (one frame per token) are cut out of the bytes here and
-handed to their call, because feeding them through h2 cost +10 µs per token in
-``bench/hotpath.py`` (~16 → ~26 µs; docs/PERFORMANCE.md). A DATA frame that ends its stream
-reaches h2 as an empty DATA frame with END_STREAM, so h2 tracks the stream's end while its receive
-windows are never touched: the receive-side flow control has one owner, this module (the
-connection window given back as bytes arrive, each stream's as its consumer takes the messages:
-``h2call.py``).
+Why not the h2 library (which this module used until it measured it): a call's HTTP/2 frames
+through h2 (its request headers and data, the response headers, the trailers) cost ~220 µs of CPU
+in one hot process, more than the gateway's whole request path, and two to four times that in the
+gateway, half of it on the way to the first token (docs/PERFORMANCE.md). A gRPC client uses a
+small part of HTTP/2, and this module speaks exactly that part (RFC 9113):
 
-The calls are half-closed after their one request message, so a response stream ends with the
-server's trailers. Cancelling a call sends ``RST_STREAM(CANCEL)``, which Triton turns into
+- the preface and our SETTINGS (no push; a 4 MiB stream window), the server's SETTINGS applied and
+  acknowledged (header table size, concurrent streams, initial window, frame size);
+- per call: HEADERS (+ CONTINUATION) with the HPACK block, DATA with END_STREAM, then the response
+  HEADERS, DATA and trailers, or RST_STREAM either way;
+- flow control both ways: the connection and each stream's send windows, and receive windows given
+  back as bytes arrive (the connection's) or as the consumer takes the messages (each call's:
+  ``h2call.py``);
+- PING answered, keepalive PINGs sent, GOAWAY read (graceful or not) and sent on close;
+- every violation the server could commit against a client (a frame too large, a push, an unknown
+  or idle stream, a broken header block, a window overflow) ends the connection with its calls.
+
+HPACK is the ``hpack`` library's (with the per-connection caches of ``h2headers.py``). The unit
+tests (``tests/unit/test_transport_*.py``) run every rule above against a server made with h2, and
+the integration suite runs every stream through real Triton, nginx's gRPC proxy and TLS.
+
+Calls are half-closed after their one request message, so a response stream ends with the server's
+trailers. Cancelling a call sends ``RST_STREAM(CANCEL)``, which Triton turns into
 ``is_cancelled()`` for the model. Knows nothing of Triton's tensors or of OpenAI: messages are
 handed to a ``parse`` function given per call.
 """
@@ -33,12 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import h2.connection
-import h2.errors
-import h2.events
-import h2.exceptions
-import h2.settings
-from hyperframe.frame import Frame, GoAwayFrame
+import hpack
 
 from gateway.backend.transport.base import (
     CANCELLED,
@@ -47,14 +54,47 @@ from gateway.backend.transport.base import (
     CallError,
 )
 from gateway.backend.transport.h2call import StreamCall
-from gateway.backend.transport.h2headers import RepeatingHeadersEncoder, call_headers, client_config
+from gateway.backend.transport.h2headers import (
+    RepeatingHeadersDecoder,
+    RepeatingHeadersEncoder,
+    call_headers,
+)
 
 T = TypeVar("T")
 
-_END_STREAM, _PADDED = 0x1, 0x8
-_EMPTY_END_STREAM = b"\x00\x00\x00\x00\x01"
-"""The head of an empty DATA frame with END_STREAM (the stream id follows): what h2 sees of a
-DATA frame that ends its stream."""
+# Frame types and flags (RFC 9113 §6).
+DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
+END_STREAM = ACK = 0x1
+END_HEADERS, PADDED, PRIORITY_FLAG = 0x4, 0x8, 0x20
+
+# Error codes (RFC 9113 §7).
+ERROR_NAMES = (
+    "NO_ERROR",
+    "PROTOCOL_ERROR",
+    "INTERNAL_ERROR",
+    "FLOW_CONTROL_ERROR",
+    "SETTINGS_TIMEOUT",
+    "STREAM_CLOSED",
+    "FRAME_SIZE_ERROR",
+    "REFUSED_STREAM",
+    "CANCEL",
+    "COMPRESSION_ERROR",
+    "CONNECT_ERROR",
+    "ENHANCE_YOUR_CALM",
+    "INADEQUATE_SECURITY",
+    "HTTP_1_1_REQUIRED",
+)
+NO_ERROR, PROTOCOL_ERROR, FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR = 0x0, 0x1, 0x3, 0x6
+REFUSED_STREAM, CANCEL, COMPRESSION_ERROR, ENHANCE_YOUR_CALM = 0x7, 0x8, 0x9, 0xB
+
+# Settings (RFC 9113 §6.5.2).
+HEADER_TABLE_SIZE, ENABLE_PUSH, MAX_CONCURRENT_STREAMS, INITIAL_WINDOW_SIZE, MAX_FRAME_SIZE = 1, 2, 3, 4, 5
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+MAX_WINDOW = 2**31 - 1
+DEFAULT_WINDOW = 65_535
+DEFAULT_MAX_FRAME = 16_384
+"""The largest frame either side may send until told otherwise; we never raise ours."""
 
 _LAST_STREAM_ID = 2**31 - 1 - 2 * 65536
 """Retire a connection well before HTTP/2's stream ids run out (after ~1e9 calls)."""
@@ -69,7 +109,26 @@ _CONNECTION_WINDOW = 16 * 1024 * 1024
 _LARGE_FRAME = 4096
 """A DATA frame at least this large is handed to its call as a view (a token's frame is ~200 B)."""
 
+_KEEPALIVE_PAYLOAD = b"gwalive!"
+
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+
+def frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
+    """One frame's bytes: the 9-byte header, then the payload."""
+    return len(payload).to_bytes(3, "big") + bytes((kind, flags)) + stream_id.to_bytes(4, "big") + payload
+
+
+def error_name(code: int) -> str:
+    return ERROR_NAMES[code] if code < len(ERROR_NAMES) else f"error code {code:#x}"
+
+
+class ProtocolViolation(Exception):
+    """The server broke the protocol: the connection ends, and ``code`` goes in our GOAWAY."""
+
+    def __init__(self, code: int, why: str) -> None:
+        super().__init__(why)
+        self.code = code
 
 
 @dataclass
@@ -87,23 +146,6 @@ class Keepalive:
         self.interval *= 2
 
 
-class _DrainingH2Connection(h2.connection.H2Connection):
-    """h2 moves the whole connection to CLOSED on any GOAWAY it receives (python-hyper/h2#1181),
-    so after the graceful GOAWAY(2^31-1) + PING that grpc servers, Envoy and nginx send when they
-    drain, the PING and every later frame of the calls the server still serves raise ProtocolError.
-    A GOAWAY with NO_ERROR here only reports the event; ``GrpcConnection`` stops opening calls on
-    the connection and closes it once its last call ends. Any other GOAWAY keeps h2's behaviour."""
-
-    def _receive_goaway_frame(self, frame: GoAwayFrame) -> tuple[list[Frame], list[h2.events.Event]]:
-        if frame.error_code != h2.errors.ErrorCodes.NO_ERROR:
-            return super()._receive_goaway_frame(frame)
-        event = h2.events.ConnectionTerminated()
-        event.error_code = h2.errors.ErrorCodes.NO_ERROR
-        event.last_stream_id = frame.last_stream_id
-        event.additional_data = frame.additional_data or None
-        return [], [event]
-
-
 class GrpcConnection(asyncio.Protocol):
     """One HTTP/2 connection to a gRPC server, carrying any number of ``StreamCall`` s."""
 
@@ -117,17 +159,29 @@ class GrpcConnection(asyncio.Protocol):
         self.loop = asyncio.get_running_loop()
         self._authority = authority.encode()
         self._scheme = scheme.encode()
-        self._h2 = _DrainingH2Connection(client_config())
-        self._h2.encoder = RepeatingHeadersEncoder()  # before any frame: nothing encoded yet
+        self._encoder = RepeatingHeadersEncoder()
+        self._decoder = RepeatingHeadersDecoder()
         self._transport: asyncio.Transport | None = None
+        self._out: list[bytes] = []
+        """Frames waiting for ``_flush``: whatever one event makes us say goes out in one write."""
         self._inbuf = b""
         self._stream_window = _STREAM_WINDOW
         self._connection_window = _CONNECTION_WINDOW
         self._unacked = 0
         self._max_message = max_message_bytes
+        self._next_stream_id = 1
         self._calls: dict[int, StreamCall[Any]] = {}
         self._unsent: dict[int, bytes] = {}
         """Request bytes waiting for send window (a prompt larger than Triton's window)."""
+        self._send_windows: dict[int, int] = {}
+        """The send window of each call that still has request bytes to send."""
+        self._send_window = DEFAULT_WINDOW
+        """The connection's send window."""
+        self._peer_initial_window = DEFAULT_WINDOW
+        self._peer_max_frame = DEFAULT_MAX_FRAME
+        self._peer_max_streams = 2**31
+        self._headers_in: tuple[int, int, list[bytes]] | None = None
+        """A header block still arriving in CONTINUATION frames: its stream, its flags, its pieces."""
         self._slots: deque[asyncio.Future[None]] = deque()
         """Callers waiting for the server's concurrent-stream limit to allow another call."""
         self._keepalive = keepalive
@@ -151,101 +205,248 @@ class GrpcConnection(asyncio.Protocol):
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._h2.initiate_connection()
-        self._h2.update_settings(
-            {
-                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: self._stream_window,
-                h2.settings.SettingCodes.ENABLE_PUSH: 0,
-            }
-        )
+        settings = ENABLE_PUSH.to_bytes(2, "big") + (0).to_bytes(4, "big")
+        settings += INITIAL_WINDOW_SIZE.to_bytes(2, "big") + self._stream_window.to_bytes(4, "big")
+        self._out += [PREFACE, frame(SETTINGS, 0, 0, settings)]
+        self._out.append(frame(WINDOW_UPDATE, 0, 0, (self._connection_window - DEFAULT_WINDOW).to_bytes(4, "big")))
         self._flush()
-        self._window_update(0, self._connection_window - 65_535)
         self._schedule_ping()
 
     def data_received(self, data: bytes) -> None:
-        """Split the bytes into HTTP/2 frames: DATA payloads go to their call here, every other
-        frame goes to h2, in order (see the module docstring)."""
+        """Split the bytes into frames. DATA payloads go to their call here, at the cost of a few
+        slices per token; every other frame goes to ``_control``, in order."""
         if self._inbuf:
             data = self._inbuf + data
         size, pos = len(data), 0
         calls = self._calls
-        while size - pos >= 9:
-            length = int.from_bytes(data[pos : pos + 3], "big")
-            end = pos + 9 + length
-            if end > size:
-                break
-            if data[pos + 3] == 0:
-                self._unacked += length
-                flags = data[pos + 4]
-                call = calls.get(int.from_bytes(data[pos + 5 : pos + 9], "big") & 0x7FFFFFFF)
-                if call is not None:
-                    start = pos + 9
-                    if flags & _PADDED:
-                        call._data(data[start + 1 : end - data[start]], length)
-                    elif length < _LARGE_FRAME:
-                        call._data(data[start:end], length)
-                    else:  # likely a piece of a large message: gathered without a copy
-                        call._data(memoryview(data)[start:end], length)
-                if flags & _END_STREAM and not self._control(_EMPTY_END_STREAM + data[pos + 5 : pos + 9]):
-                    return
-            elif not self._control(data[pos:end]):
-                return
-            pos = end
+        try:
+            while size - pos >= 9:
+                length = int.from_bytes(data[pos : pos + 3], "big")
+                if length > DEFAULT_MAX_FRAME:
+                    raise ProtocolViolation(FRAME_SIZE_ERROR, f"a frame of {length} bytes (the limit is 16384)")
+                end = pos + 9 + length
+                if end > size:
+                    break
+                if data[pos + 3] == DATA and self._headers_in is None:
+                    self._unacked += length
+                    flags = data[pos + 4]
+                    sid = int.from_bytes(data[pos + 5 : pos + 9], "big") & 0x7FFFFFFF
+                    call = calls.get(sid)
+                    if call is not None:
+                        start = pos + 9
+                        if flags & PADDED:
+                            if not length or data[start] >= length:
+                                raise ProtocolViolation(PROTOCOL_ERROR, "a DATA frame's padding is longer than it")
+                            call._data(data[start + 1 : end - data[start]], length)
+                        elif length < _LARGE_FRAME:
+                            call._data(data[start:end], length)
+                        else:  # likely a piece of a large message: gathered without a copy
+                            call._data(memoryview(data)[start:end], length)
+                        if flags & END_STREAM:
+                            self._end(sid)
+                    else:
+                        self._check_known(sid, "DATA")
+                else:
+                    self._control(data, pos, end)
+                    if self.closed:  # a GOAWAY with an error: nothing after it is read
+                        return
+                pos = end
+        except ProtocolViolation as exc:
+            self._protocol_error(exc)
+            return
+        if self.closed:
+            return
         self._inbuf = data[pos:] if pos < size else b""
         if self._unacked >= self._connection_window // 2:
-            self._window_update(0, self._unacked)
+            self._out.append(frame(WINDOW_UPDATE, 0, 0, self._unacked.to_bytes(4, "big")))
             self._unacked = 0
         self._flush()
 
-    def _control(self, frame: bytes) -> bool:
-        """One frame through h2. False when the connection is unusable after it."""
-        try:
-            events = self._h2.receive_data(frame)
-        except h2.exceptions.ProtocolError as exc:
-            self._fail_all(CallError(UNAVAILABLE, f"HTTP/2 protocol error from the server: {exc}"))
-            if self._transport is not None:
-                self._transport.abort()
-            return False
-        calls = self._calls
-        for event in events:
-            if isinstance(event, (h2.events.ResponseReceived, h2.events.TrailersReceived)):
-                call = calls.get(event.stream_id)
-                if call is not None:
-                    call._headers(event.headers)
-            elif isinstance(event, h2.events.StreamEnded):
-                call = calls.pop(event.stream_id, None)
-                if call is not None:
-                    call._ended()
-                    self._release_slot()
-            elif isinstance(event, h2.events.StreamReset):
-                self._reset(event)
-            elif isinstance(event, h2.events.WindowUpdated):
-                self._send_unsent()
-            elif isinstance(event, h2.events.RemoteSettingsChanged):
-                self._send_unsent()  # a larger INITIAL_WINDOW_SIZE opens room for queued requests
-                self._wake_slots()
-            elif isinstance(event, h2.events.PingAckReceived):
-                if self._ping_deadline is not None:
-                    self._ping_deadline.cancel()
-                    self._ping_deadline = None
-            elif isinstance(event, h2.events.ConnectionTerminated):
-                if not self._goaway(event):
-                    return False
-        return True
+    def _control(self, data: bytes, pos: int, end: int) -> None:
+        """Every frame but a call's DATA; raises ``ProtocolViolation`` for a protocol violation."""
+        kind, flags = data[pos + 3], data[pos + 4]
+        sid = int.from_bytes(data[pos + 5 : pos + 9], "big") & 0x7FFFFFFF
+        payload = data[pos + 9 : end]
+        pending = self._headers_in
+        if pending is not None:
+            if kind != CONTINUATION or sid != pending[0]:
+                raise ProtocolViolation(PROTOCOL_ERROR, "a header block was interrupted by another frame")
+            pending[2].append(payload)
+            if flags & END_HEADERS:
+                self._headers_in = None
+                self._header_block(pending[0], pending[1], b"".join(pending[2]))
+            return
+        if kind == HEADERS:
+            self._headers_frame(sid, flags, payload)
+        elif kind == RST_STREAM:
+            if sid == 0 or len(payload) != 4:
+                raise ProtocolViolation(PROTOCOL_ERROR if sid == 0 else FRAME_SIZE_ERROR, "a malformed RST_STREAM")
+            self._check_known(sid, "RST_STREAM")
+            self._reset(sid, int.from_bytes(payload, "big"))
+        elif kind == SETTINGS:
+            self._settings(sid, flags, payload)
+        elif kind == PING:
+            if sid != 0 or len(payload) != 8:
+                raise ProtocolViolation(PROTOCOL_ERROR if sid else FRAME_SIZE_ERROR, "a malformed PING")
+            if not flags & ACK:
+                self._out.append(frame(PING, ACK, 0, payload))
+            elif payload == _KEEPALIVE_PAYLOAD and self._ping_deadline is not None:
+                self._ping_deadline.cancel()
+                self._ping_deadline = None
+        elif kind == GOAWAY:
+            if sid != 0 or len(payload) < 8:
+                raise ProtocolViolation(PROTOCOL_ERROR if sid else FRAME_SIZE_ERROR, "a malformed GOAWAY")
+            last = int.from_bytes(payload[:4], "big") & 0x7FFFFFFF
+            self._goaway(last, int.from_bytes(payload[4:8], "big"), payload[8:])
+        elif kind == WINDOW_UPDATE:
+            self._window_updated(sid, payload)
+        elif kind == PUSH_PROMISE:
+            raise ProtocolViolation(PROTOCOL_ERROR, "a PUSH_PROMISE, though push is disabled")
+        elif kind == CONTINUATION:
+            raise ProtocolViolation(PROTOCOL_ERROR, "a CONTINUATION frame without a header block before it")
+        elif kind == PRIORITY and sid == 0:
+            raise ProtocolViolation(PROTOCOL_ERROR, "a PRIORITY frame on stream 0")
+        # PRIORITY otherwise, and frame types this version does not know: ignored (RFC 9113 §4.1).
 
-    def _reset(self, event: h2.events.StreamReset) -> None:
-        call = self._calls.pop(event.stream_id, None)
-        self._unsent.pop(event.stream_id, None)
+    def _headers_frame(self, sid: int, flags: int, payload: bytes) -> None:
+        if sid == 0 or sid % 2 == 0:
+            raise ProtocolViolation(PROTOCOL_ERROR, f"HEADERS on stream {sid}, which the client did not open")
+        self._check_known(sid, "HEADERS")
+        start, stop = 0, len(payload)
+        if flags & PADDED:
+            if not payload or payload[0] >= len(payload):
+                raise ProtocolViolation(PROTOCOL_ERROR, "a HEADERS frame's padding is longer than it")
+            start, stop = 1, len(payload) - payload[0]
+        if flags & PRIORITY_FLAG:
+            start += 5
+            if start > stop:
+                raise ProtocolViolation(FRAME_SIZE_ERROR, "a HEADERS frame too short for its priority")
+        block = payload[start:stop]
+        if flags & END_HEADERS:
+            self._header_block(sid, flags, block)
+        else:
+            self._headers_in = (sid, flags, [block])
+
+    def _header_block(self, sid: int, flags: int, block: bytes) -> None:
+        """A complete header block: decoded whatever its stream (the table must follow the
+        server's), then the response headers or trailers of the call."""
+        try:
+            headers = self._decoder.decode_block(block)
+        except hpack.HPACKError as exc:
+            raise ProtocolViolation(COMPRESSION_ERROR, f"an undecodable header block ({exc})") from None
+        call = self._calls.get(sid)
         if call is None:
             return
-        if event.error_code == h2.errors.ErrorCodes.REFUSED_STREAM:
+        call._headers(headers)  # may end the call (a non-gRPC HTTP status)
+        if flags & END_STREAM:
+            self._end(sid)
+
+    def _end(self, sid: int) -> None:
+        """The server ended the stream."""
+        call = self._calls.pop(sid, None)
+        self._unsent.pop(sid, None)
+        self._send_windows.pop(sid, None)
+        if call is not None:
+            call._ended()
+            self._release_slot()
+
+    def _check_known(self, sid: int, what: str) -> None:
+        """A frame on a stream the client never opened is a connection error (RFC 9113 §5.1);
+        one on a stream that ended (a reset crossing the server's last frames) is dropped."""
+        if sid == 0 or sid % 2 == 0 or sid >= self._next_stream_id:
+            raise ProtocolViolation(PROTOCOL_ERROR, f"{what} on stream {sid}, which the client did not open")
+
+    def _reset(self, sid: int, code: int) -> None:
+        call = self._calls.pop(sid, None)
+        self._unsent.pop(sid, None)
+        self._send_windows.pop(sid, None)
+        if call is None:
+            return
+        if code == REFUSED_STREAM:
             # The server did not start it (RFC 9113 §8.7), and it refuses calls on this connection:
             # send them elsewhere. The calls it took go on.
             self.going_away = True
             call._finish(CallError(UNAVAILABLE, "the server refused the stream (REFUSED_STREAM)", retryable=True))
         else:
-            call._finish(CallError(CANCELLED, f"the server reset the stream ({event.error_code!r})"))
+            call._finish(CallError(CANCELLED, f"the server reset the stream ({error_name(code)})"))
         self._release_slot()
+
+    def _settings(self, sid: int, flags: int, payload: bytes) -> None:
+        if sid != 0:
+            raise ProtocolViolation(PROTOCOL_ERROR, "SETTINGS on a stream")
+        if flags & ACK:
+            if payload:
+                raise ProtocolViolation(FRAME_SIZE_ERROR, "a SETTINGS acknowledgement with a payload")
+            return
+        if len(payload) % 6:
+            raise ProtocolViolation(FRAME_SIZE_ERROR, "a SETTINGS frame of a length not a multiple of 6")
+        for at in range(0, len(payload), 6):
+            name, value = int.from_bytes(payload[at : at + 2], "big"), int.from_bytes(payload[at + 2 : at + 6], "big")
+            if name == HEADER_TABLE_SIZE:
+                self._encoder.header_table_size = value  # the next block carries the size update
+            elif name == ENABLE_PUSH:
+                if value > 1:
+                    raise ProtocolViolation(PROTOCOL_ERROR, f"SETTINGS_ENABLE_PUSH {value}")
+            elif name == MAX_CONCURRENT_STREAMS:
+                self._peer_max_streams = value
+            elif name == INITIAL_WINDOW_SIZE:
+                if value > MAX_WINDOW:
+                    raise ProtocolViolation(FLOW_CONTROL_ERROR, f"SETTINGS_INITIAL_WINDOW_SIZE {value}")
+                delta, self._peer_initial_window = value - self._peer_initial_window, value
+                windows = self._send_windows
+                for stream in windows:  # a change applies to the windows of open streams (§6.9.2)
+                    windows[stream] += delta
+            elif name == MAX_FRAME_SIZE:
+                if not DEFAULT_MAX_FRAME <= value <= 2**24 - 1:
+                    raise ProtocolViolation(PROTOCOL_ERROR, f"SETTINGS_MAX_FRAME_SIZE {value}")
+                self._peer_max_frame = value
+        self._out.append(frame(SETTINGS, ACK, 0))
+        self._send_unsent()  # a larger initial window opens room for queued requests
+        self._wake_slots()  # a higher stream limit lets waiting callers in
+
+    def _window_updated(self, sid: int, payload: bytes) -> None:
+        if len(payload) != 4:
+            raise ProtocolViolation(FRAME_SIZE_ERROR, "a WINDOW_UPDATE of a length other than 4")
+        increment = int.from_bytes(payload, "big") & 0x7FFFFFFF
+        if sid == 0:
+            if not increment:
+                raise ProtocolViolation(PROTOCOL_ERROR, "a WINDOW_UPDATE of 0 for the connection")
+            self._send_window += increment
+            if self._send_window > MAX_WINDOW:
+                raise ProtocolViolation(FLOW_CONTROL_ERROR, "the connection's send window overflowed")
+        else:
+            self._check_known(sid, "WINDOW_UPDATE")
+            window = self._send_windows.get(sid)
+            if window is None:
+                return  # a call that sent its whole request, or ended: nothing waits on it
+            if not increment or window + increment > MAX_WINDOW:
+                self._fail_call(sid, "a WINDOW_UPDATE of 0, or one that overflowed the stream's window")
+                return
+            self._send_windows[sid] = window + increment
+        self._send_unsent()
+
+    def _fail_call(self, sid: int, why: str) -> None:
+        """A stream error (RFC 9113 §5.4.2): that call ends, and the server is told."""
+        call = self._calls.pop(sid, None)
+        self._unsent.pop(sid, None)
+        self._send_windows.pop(sid, None)
+        self._out.append(frame(RST_STREAM, 0, sid, PROTOCOL_ERROR.to_bytes(4, "big")))
+        if call is not None:
+            call._finish(CallError(UNAVAILABLE, f"HTTP/2 protocol error from the server: {why}"))
+            self._release_slot()
+
+    def _protocol_error(self, exc: ProtocolViolation) -> None:
+        """The server broke the protocol: every call fails, the server is told why, and the
+        connection is closed."""
+        self._fail_all(CallError(UNAVAILABLE, f"HTTP/2 protocol error from the server: {exc}"))
+        self.going_away = True
+        # The last stream id is the server's last stream we processed: it opened none.
+        self._out.append(frame(GOAWAY, 0, 0, (0).to_bytes(4, "big") + exc.code.to_bytes(4, "big") + str(exc).encode()))
+        self._flush()
+        if self._transport is not None:
+            self._transport.close()
+        self.closed = True
+        self._cancel_timers()
 
     def _release(self, call: StreamCall[Any], length: int) -> None:
         """``call`` is done with ``length`` bytes: give them back to its stream's window, in one
@@ -259,18 +460,20 @@ class GrpcConnection(asyncio.Protocol):
             self._window_update(call.stream_id, unacked)
 
     def _window_update(self, sid: int, increment: int) -> None:
+        self._out.append(frame(WINDOW_UPDATE, 0, sid, increment.to_bytes(4, "big")))
         self._flush()
-        if self._transport is not None and not self._transport.is_closing():
-            self._transport.write(b"\x00\x00\x04\x08\x00" + sid.to_bytes(4, "big") + increment.to_bytes(4, "big"))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        for timer in (self._ping_timer, self._ping_deadline):
-            if timer is not None:
-                timer.cancel()
+        self._cancel_timers()
         reason = f": {exc}" if exc else ""
         self._fail_all(CallError(UNAVAILABLE, f"the connection to the server was lost{reason}"))
         self._wake_slots()
+
+    def _cancel_timers(self) -> None:
+        for timer in (self._ping_timer, self._ping_deadline):
+            if timer is not None:
+                timer.cancel()
 
     # -- calls ---------------------------------------------------------------------------------
 
@@ -278,26 +481,33 @@ class GrpcConnection(asyncio.Protocol):
         self, path: bytes, message: bytes, parse: Callable[[bytes], T], deadline: float | None = None
     ) -> StreamCall[T]:
         """Start a call, send its one request message and half-close it. Beyond the server's
-        concurrent-stream limit (h2 refuses the headers), wait for a call to end, until
-        ``deadline`` (``time.monotonic()``). Raises a retryable ``CallError`` when the connection
-        is closing: the caller opens the call on another one."""
+        concurrent-stream limit, wait for a call to end, until ``deadline``
+        (``time.monotonic()``). Raises a retryable ``CallError`` when the connection is closing:
+        the caller opens the call on another one."""
         call: StreamCall[T] = StreamCall(self, parse, self._max_message)
         while True:
             if not self.usable:
                 raise CallError(UNAVAILABLE, "the connection to the server is closing", retryable=True)
-            sid = call.stream_id = self._h2.get_next_available_stream_id()
-            try:
-                self._h2.send_headers(sid, call_headers(self._scheme, self._authority, path))
+            if len(self._calls) < self._peer_max_streams:
                 break
-            except h2.exceptions.TooManyStreamsError:
-                await self._wait_for_slot(deadline)
-            except h2.exceptions.ProtocolError as exc:  # the connection is closing under us
-                self.going_away = True
-                raise CallError(UNAVAILABLE, f"cannot start a call on this connection: {exc}", retryable=True) from exc
+            await self._wait_for_slot(deadline)
+        sid = call.stream_id = self._next_stream_id
+        self._next_stream_id = sid + 2
         if sid > _LAST_STREAM_ID:
             self.going_away = True  # stream ids run out: the next call opens a new connection
+        block = self._encoder.encode(call_headers(self._scheme, self._authority, path))
+        size = self._peer_max_frame
+        if len(block) <= size:
+            self._out.append(frame(HEADERS, END_HEADERS, sid, block))
+        else:  # a header block larger than a frame (not ours in practice): CONTINUATION frames
+            pieces = [block[at : at + size] for at in range(0, len(block), size)]
+            self._out.append(frame(HEADERS, 0, sid, pieces[0]))
+            for piece in pieces[1:-1]:
+                self._out.append(frame(CONTINUATION, 0, sid, piece))
+            self._out.append(frame(CONTINUATION, END_HEADERS, sid, pieces[-1]))
         self._calls[sid] = call
         self._unsent[sid] = b"\x00" + len(message).to_bytes(4, "big") + message
+        self._send_windows[sid] = self._peer_initial_window
         self._send_unsent()
         self._flush()
         return call
@@ -311,7 +521,7 @@ class GrpcConnection(asyncio.Protocol):
         try:
             await asyncio.wait_for(waiter, max(0.0, deadline - time.monotonic()))
         except asyncio.TimeoutError:
-            limit = self._h2.remote_settings.max_concurrent_streams
+            limit = self._peer_max_streams
             raise CallError(
                 DEADLINE_EXCEEDED, f"the deadline passed while waiting for a stream slot (the server allows {limit})"
             ) from None
@@ -321,48 +531,47 @@ class GrpcConnection(asyncio.Protocol):
         if self._calls.pop(sid, None) is None:
             return  # already ended
         self._unsent.pop(sid, None)
+        self._send_windows.pop(sid, None)
         if not self.closed:
-            try:
-                self._h2.reset_stream(sid, h2.errors.ErrorCodes.CANCEL)
-            except h2.exceptions.ProtocolError:  # StreamClosedError included: it already ended
-                pass
-            else:
-                self._flush()
+            self._out.append(frame(RST_STREAM, 0, sid, CANCEL.to_bytes(4, "big")))
+            self._flush()
         self._release_slot()
 
     def close(self) -> None:
         if self._transport is not None and not self.closed:
-            try:
-                self._h2.close_connection()
-                self._flush()
-            except h2.exceptions.ProtocolError:
-                pass  # h2 already closed it (a GOAWAY with an error)
-            finally:
-                self._transport.close()
+            last = (0).to_bytes(4, "big")  # the server opened no stream of its own
+            self._out.append(frame(GOAWAY, 0, 0, last + NO_ERROR.to_bytes(4, "big")))
+            self._flush()
+            self._transport.close()
 
     # -- internals ------------------------------------------------------------------------------
 
     def _send_unsent(self) -> None:
-        h2conn = self._h2
+        """Send what the windows allow of the queued request bytes, in frames the server takes."""
+        windows, out = self._send_windows, self._out
         for sid, data in list(self._unsent.items()):
-            try:
-                while data:
-                    room = min(h2conn.local_flow_control_window(sid), h2conn.max_outbound_frame_size)
-                    if room <= 0:
-                        break
-                    piece, data = data[:room], data[room:]
-                    h2conn.send_data(sid, piece, end_stream=not data)
-            except h2.exceptions.StreamClosedError:
-                data = b""  # the server already ended this call; its end reaches the consumer
+            window = windows[sid]
+            while data:
+                room = min(self._send_window, window, self._peer_max_frame)
+                if room <= 0:
+                    break
+                piece, data = data[:room], data[room:]
+                out.append(frame(DATA, 0 if data else END_STREAM, sid, piece))
+                self._send_window -= len(piece)
+                window -= len(piece)
             if data:
                 self._unsent[sid] = data
+                windows[sid] = window
             else:
                 del self._unsent[sid]
+                del windows[sid]
 
     def _flush(self) -> None:
-        out = self._h2.data_to_send()
-        if out and self._transport is not None and not self._transport.is_closing():
-            self._transport.write(out)
+        out = self._out
+        if out:
+            self._out = []
+            if self._transport is not None and not self._transport.is_closing():
+                self._transport.write(out[0] if len(out) == 1 else b"".join(out))
 
     def _release_slot(self) -> None:
         """A call left: let a waiting caller open one; close a retired connection once idle."""
@@ -387,27 +596,23 @@ class GrpcConnection(asyncio.Protocol):
         (the server cannot have started a call whose message it never had whole)."""
         calls, self._calls = self._calls, {}
         unsent, self._unsent = self._unsent, {}
+        self._send_windows = {}
         for sid, call in calls.items():
             call._finish(CallError(error.code, error.details, retryable=True) if sid in unsent else error)
 
-    def _goaway(self, event: h2.events.ConnectionTerminated) -> bool:
+    def _goaway(self, last: int, code: int, debug: bytes) -> None:
         """The server is leaving. Calls above its last stream id never started: they fail as
         retryable. After a graceful GOAWAY (NO_ERROR, which may come again with a lower id) the
         others run to their end and the connection closes after the last; after any other the
-        connection is closed now and its calls fail. False in that case."""
+        connection is closed now and its calls fail."""
         self.going_away = True
-        last = event.last_stream_id if event.last_stream_id is not None else 0
-        graceful = event.error_code == h2.errors.ErrorCodes.NO_ERROR
-        debug = event.additional_data or b""
-        if (
-            event.error_code == h2.errors.ErrorCodes.ENHANCE_YOUR_CALM
-            and debug == b"too_many_pings"
-            and self._keepalive is not None
-        ):
+        graceful = code == NO_ERROR
+        if code == ENHANCE_YOUR_CALM and debug == b"too_many_pings" and self._keepalive is not None:
             self._keepalive.back_off()
-        why = f"GOAWAY {event.error_code!r}" + (f" {debug.decode('utf-8', 'replace')!r}" if debug else "")
+        why = f"GOAWAY {error_name(code)}" + (f" {debug.decode('utf-8', 'replace')!r}" if debug else "")
         for sid in [sid for sid in self._calls if sid > last or not graceful]:
             self._unsent.pop(sid, None)
+            self._send_windows.pop(sid, None)
             call = self._calls.pop(sid)
             if sid > last:
                 call._finish(CallError(UNAVAILABLE, f"the server did not take this call ({why})", retryable=True))
@@ -415,11 +620,13 @@ class GrpcConnection(asyncio.Protocol):
                 call._finish(CallError(UNAVAILABLE, f"the server closed the connection ({why})"))
         self._wake_slots()
         if not graceful:
+            self._flush()
             if self._transport is not None:
                 self._transport.close()
-            return False
+            self.closed = True
+            self._cancel_timers()
+            return
         self._release_slot()
-        return True
 
     def _schedule_ping(self) -> None:
         if self._keepalive is not None and not self.closed:
@@ -429,10 +636,7 @@ class GrpcConnection(asyncio.Protocol):
         if self.closed or self._keepalive is None:
             return
         if self._calls and self._ping_deadline is None:
-            try:
-                self._h2.ping(b"gwalive!")
-            except h2.exceptions.ProtocolError:
-                return  # h2 closed the connection: its end is on its way
+            self._out.append(frame(PING, 0, 0, _KEEPALIVE_PAYLOAD))
             self._flush()
             self._ping_deadline = self.loop.call_later(self._keepalive.timeout, self._ping_unanswered)
         self._schedule_ping()

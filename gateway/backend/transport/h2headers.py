@@ -1,5 +1,5 @@
-"""What the client says in HTTP/2 headers: its h2 configuration, each call's request headers, and
-their HPACK block, encoded once per connection instead of once per call.
+"""HPACK on the gateway's HTTP/2 connections: each call's request headers, and the blocks that
+repeat on every call, encoded and decoded once per connection instead of once per call.
 
 Every call on a connection sends the same seven headers (method, scheme, path, authority,
 content type, ``te``, user agent), and the client's HPACK encoder encodes nothing else. After the
@@ -10,6 +10,10 @@ profile; hpack's own encode timed at 29-62 µs). The cached block is reused only
 means the same thing: the same headers, and a dynamic table that no encode has changed since (a
 table-size change from the server's SETTINGS marks the table resized, and the next block is
 encoded in full, with the size update it must carry).
+
+Triton's side repeats too: after the first call, its response headers and its OK trailers are
+each the same few index references, and ``RepeatingHeadersDecoder`` answers them from the last
+decode of the same bytes while the dynamic table is the one that decode left.
 """
 
 from __future__ import annotations
@@ -17,23 +21,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-import h2.config
 import hpack
 
 USER_AGENT = b"triton-openai-gateway"
-
-
-def client_config() -> h2.config.H2Configuration:
-    """Our own headers are fixed and valid; Triton's are read for two names: h2's checks cost
-    ~16 µs per call, for nothing."""
-    return h2.config.H2Configuration(
-        client_side=True,
-        header_encoding=None,
-        validate_outbound_headers=False,
-        normalize_outbound_headers=False,
-        validate_inbound_headers=False,
-        normalize_inbound_headers=False,
-    )
 
 
 def call_headers(scheme: bytes, authority: bytes, path: bytes) -> list[tuple[bytes, bytes]]:
@@ -78,3 +68,34 @@ class RepeatingHeadersEncoder(hpack.Encoder):
         else:
             self._headers = None
         return block
+
+
+Headers = list[tuple[bytes, bytes]]
+
+
+class RepeatingHeadersDecoder(hpack.Decoder):
+    """An ``hpack.Decoder`` that answers a block it decoded last time from that decode, when the
+    block left the dynamic table as it found it and no other block has changed the table since.
+    Every block is still decoded unless that holds, so the table stays the server's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._version = 0
+        """Bumped by every decode that changed the dynamic table."""
+        self._cache: dict[bytes, tuple[int, Headers]] = {}
+
+    def decode_block(self, block: bytes) -> Headers:
+        """The block's headers, as bytes."""
+        cached = self._cache.get(block)
+        if cached is not None and cached[0] == self._version:
+            return cached[1]
+        table = self.header_table
+        before = (list(table.dynamic_entries), table.maxsize)
+        headers: Headers = [(bytes(name), bytes(value)) for name, value in self.decode(block, raw=True)]
+        if (list(table.dynamic_entries), table.maxsize) == before:
+            if len(self._cache) >= 16:
+                self._cache.clear()
+            self._cache[block] = (self._version, headers)
+        else:
+            self._version += 1
+        return headers
