@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hpack
 
-from gateway.backend.transport.h2headers import RepeatingHeadersEncoder, call_headers
+from gateway.backend.transport.h2headers import RepeatingHeadersDecoder, RepeatingHeadersEncoder, call_headers
 
 CALL = call_headers(b"http", b"127.0.0.1:8001", b"/inference.GRPCInferenceService/ModelStreamInfer")
 
@@ -35,3 +35,24 @@ def test_other_headers_and_a_table_size_change_are_encoded_in_full() -> None:
     assert len(decoder.header_table.dynamic_entries) == 0  # the size update reached the decoder
     for _ in range(3):
         assert decoded(decoder, encoder.encode(CALL)) == CALL
+
+
+def test_the_decoder_answers_repeats_from_its_cache_and_always_as_a_plain_decoder_does() -> None:
+    """Triton's response headers and OK trailers repeat on every call; what the cache answers
+    must be what a plain decoder would, across blocks that add to the table, evict from it, and
+    a table-size change."""
+    encoder, plain, cached = hpack.Encoder(), hpack.Decoder(), RepeatingHeadersDecoder()
+    response = [(b":status", b"200"), (b"content-type", b"application/grpc")]
+    ok = [(b"grpc-status", b"0")]
+    sequence = [response, ok, response, ok, response]
+    sequence += [[(b"x-big-%d" % i, b"v" * 900)] for i in range(6)]  # 4 KiB table: evicts
+    sequence += [response, ok, response, ok]
+    blocks = [encoder.encode(headers) for headers in sequence]
+    encoder.header_table_size = 0
+    blocks += [encoder.encode(response), encoder.encode(response), encoder.encode(ok)]
+    answers = []
+    for block in blocks:
+        answer = cached.decode_block(block)
+        assert answer == decoded(plain, block)
+        answers.append(answer)
+    assert answers[2] is answers[4]  # the same bytes with the table unchanged: not decoded again
