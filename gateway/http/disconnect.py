@@ -6,8 +6,9 @@ unnoticed, and Triton would keep working for nobody. ``ClientWatch`` waits on ``
 ``http.disconnect``. When it comes, it cancels the request's own task, wherever that task is
 waiting: in the queue, for the first step, in the generation, or while a frame is written.
 
-One watch serves the whole request. ``http.respond`` starts it once the body is read. It hands
-it to the SSE response, which keeps it until the stream ends. Before, each phase ran its work in
+One watch serves the whole request. ``http.respond`` starts it before the request first waits
+(in the queue, or for the first step, whose task it starts just before). It hands it to the SSE
+response, which keeps it until the stream ends. Before, each phase ran its work in
 a task of its own beside its own watcher: four tasks per streamed request, where there are now
 two (this one and priming's first step; docs/PERFORMANCE.md).
 """

@@ -26,7 +26,7 @@ from gateway.http.errors import ClientDisconnected
 from gateway.http.rejections import mark_counted_by_outcome
 from gateway.http.responses import JSONBytesResponse
 from gateway.http.sse import Frames, sse_response
-from gateway.http.streaming import First, StreamFrames, prime
+from gateway.http.streaming import First, FirstStep, StreamFrames
 from gateway.openai.encode import CompletionBuilder
 from gateway.plan.prepare import GenerationPlan
 
@@ -78,12 +78,16 @@ async def respond(
     watch: ClientWatch | None = None
     try:
         ticket = service.try_admit(plan, outcome)
-        watch = ClientWatch(request.receive)
         if ticket is None:
+            watch = ClientWatch(request.receive)
             ticket = await service.admit(plan, outcome)
         generation = service.generate(plan, ticket, outcome)
         if plan.stream:
-            first = await prime(generation, settings.first_response_wait)
+            # The first step's task is made before the watch's, so the loop runs it first: the
+            # request leaves for Triton before the watch starts reading.
+            step = FirstStep(generation)
+            watch = watch or ClientWatch(request.receive)
+            first = await step.wait(settings.first_response_wait)
             frames = answer.frames(generation, first)
             response: Response = sse_response(
                 frames,
@@ -93,6 +97,7 @@ async def respond(
                 headers=placement_headers(plan),
             )
         else:
+            watch = watch or ClientWatch(request.receive)
             response = JSONBytesResponse(await answer.complete(generation), headers=placement_headers(plan))
             watch.stop()
         watch = None  # the SSE response's now, or stopped

@@ -28,24 +28,54 @@ First = list[ChoiceEvent] | asyncio.Task[list[ChoiceEvent]]
 """The first step, or the task still waiting for it when priming timed out."""
 
 
-async def _first_step(generation: Generation) -> list[ChoiceEvent]:
+async def _first_step(generation: Generation, ready: asyncio.Future[None]) -> list[ChoiceEvent]:
+    """The first step; ``ready`` is set as it ends (with it, or with its error), so ``prime``
+    resumes in the next loop turn instead of two turns later through the task's done callbacks."""
     try:
         return await generation.__anext__()
     except StopAsyncIteration:
         return []
+    finally:
+        if not ready.done():
+            ready.set_result(None)
+
+
+def _ready(ready: asyncio.Future[None]) -> None:
+    if not ready.done():
+        ready.set_result(None)
+
+
+class FirstStep:
+    """The generation's first step, started now in a task of its own (which opens the backend's
+    call when the loop next runs it), and waited for with ``wait``."""
+
+    __slots__ = ("_ready", "_task")
+
+    def __init__(self, generation: Generation) -> None:
+        loop = asyncio.get_running_loop()
+        self._ready: asyncio.Future[None] = loop.create_future()
+        self._task = loop.create_task(_first_step(generation, self._ready))
+
+    async def wait(self, wait: float) -> First:
+        """The first step, or (after ``wait`` seconds) the task that will have it. Raises the
+        generation's error when it fails within the wait."""
+        ready, task = self._ready, self._task
+        timer = asyncio.get_running_loop().call_later(wait, _ready, ready)
+        try:
+            await ready
+        except asyncio.CancelledError:  # the client left while we waited: stop the generation now
+            task.cancel()
+            await asyncio.wait({task}, timeout=1.0)
+            raise
+        finally:
+            timer.cancel()
+        # The step sets ``ready`` in its last line, so a step that ended has its task done by now.
+        return task.result() if task.done() else task
 
 
 async def prime(generation: Generation, wait: float) -> First:
-    """The generation's first step, or (after ``wait`` seconds) the task that will have it.
-    Raises the generation's error when it fails within the wait."""
-    task = asyncio.ensure_future(_first_step(generation))
-    try:
-        done, _ = await asyncio.wait({task}, timeout=wait)
-    except asyncio.CancelledError:  # the client left while we waited: stop the generation now
-        task.cancel()
-        await asyncio.wait({task}, timeout=1.0)
-        raise
-    return task.result() if done else task
+    """``FirstStep(generation).wait(wait)``."""
+    return await FirstStep(generation).wait(wait)
 
 
 class StreamFrames:
