@@ -188,6 +188,13 @@ async def echo_three(peer: Peer, sid: int, request: bytes) -> None:
     peer.trailers(sid)
 
 
+async def answer_length(peer: Peer, sid: int, request: bytes) -> None:
+    """Answers with the request's length: what reached the server, however it was cut."""
+    peer.respond(sid)
+    peer.send(sid, grpc_message(b"%d" % len(request)))
+    peer.trailers(sid)
+
+
 async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
     for _ in range(int(timeout / 0.01)):
         if condition():

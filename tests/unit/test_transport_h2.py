@@ -14,7 +14,7 @@ import pytest
 from gateway.backend.transport import base as grpc_status
 from gateway.backend.transport import h2conn
 from gateway.backend.transport.h2 import CallError, Keepalive, connect
-from tests.unit.h2_peer import PATH, Peer, collect, echo_three, grpc_message, serve
+from tests.unit.h2_peer import PATH, Peer, answer_length, collect, echo_three, grpc_message, serve
 
 pytestmark = pytest.mark.anyio
 
@@ -221,12 +221,7 @@ async def test_receive_windows_are_reopened_so_large_outputs_flow(monkeypatch: p
 
 
 async def test_a_request_larger_than_the_send_window_is_sent_in_pieces() -> None:
-    async def script(peer: Peer, sid: int, request: bytes) -> None:
-        peer.respond(sid)
-        peer.send(sid, grpc_message(b"%d" % len(request)))
-        peer.trailers(sid)
-
-    async with serve(script) as (connection, _):
+    async with serve(answer_length) as (connection, _):
         big = b"q" * 200_000  # the server's default window is 65,535 bytes
         assert await asyncio.wait_for(collect(await connection.open(PATH, big, bytes)), 10) == [b"200000"]
 

@@ -14,7 +14,7 @@ from hyperframe.frame import DataFrame, HeadersFrame, PushPromiseFrame, WindowUp
 
 from gateway.backend.transport import base as grpc_status
 from gateway.backend.transport.h2 import CallError
-from tests.unit.h2_peer import PATH, Peer, collect, grpc_message, serve, until
+from tests.unit.h2_peer import PATH, Peer, answer_length, collect, grpc_message, serve, until
 
 pytestmark = pytest.mark.anyio
 
@@ -55,12 +55,7 @@ async def test_padded_and_prioritised_headers_are_read() -> None:
 
 
 async def test_the_servers_header_table_size_and_frame_size_are_followed() -> None:
-    async def length(peer: Peer, sid: int, request: bytes) -> None:
-        peer.respond(sid)
-        peer.send(sid, grpc_message(b"%d" % len(request)))
-        peer.trailers(sid)
-
-    async with serve(length) as (connection, peers):
+    async with serve(answer_length) as (connection, peers):
         big = b"q" * 60_000
         assert await collect(await connection.open(PATH, big, bytes)) == [b"60000"]
         assert max(peers[0].data_frames) == 16_384  # the default until the server says otherwise
