@@ -22,12 +22,14 @@ small part of HTTP/2, and this module speaks exactly that part (RFC 9113):
   back as bytes arrive (the connection's) or as the consumer takes the messages (each call's:
   ``h2call.py``);
 - PING answered, keepalive PINGs sent, GOAWAY read (graceful or not) and sent on close;
-- every violation the server could commit against a client (a frame too large, a push, an unknown
-  or idle stream, a broken header block, a window overflow) ends the connection with its calls.
+- a server that breaks the protocol (a frame too large, a push, a frame on a stream the client
+  never opened, a broken header block, a window overflow) ends the connection and its calls, with
+  a GOAWAY that says why; frames on a stream that already ended (a reset crossing the server's
+  last frames) are dropped, their header blocks still decoded.
 
 HPACK is the ``hpack`` library's (with the per-connection caches of ``h2headers.py``). The unit
 tests (``tests/unit/test_transport_*.py``) run every rule above against a server made with h2, and
-the integration suite runs every stream through real Triton, nginx's gRPC proxy and TLS.
+the integration suite streams through real Triton: directly, through nginx's gRPC proxy, over TLS.
 
 Calls are half-closed after their one request message, so a response stream ends with the server's
 trailers. Cancelling a call sends ``RST_STREAM(CANCEL)``, which Triton turns into
