@@ -4,9 +4,9 @@ The app is the real ``create_app`` (middlewares, routes, planning with tiny-llm'
 chat template, admission, the generation, SSE) in front of an in-process backend that answers
 every generation with one final token at once; the requests are ASGI calls made here, one after
 the other, on uvloop, after ``server.tune_gc`` as the server does. What is left out: the socket,
-uvicorn's HTTP parsing, the h2 call to Triton and Triton itself. So the figures are the part of
+uvicorn's HTTP parsing, the HTTP/2 call to Triton and Triton itself. So the figures are the part of
 the added TTFT at concurrency 1 (``big_prompts.py``) that the gateway's own Python code, apart from
-the h2 call, costs. They carry none of the noise of sockets and other processes, and the bench is
+the HTTP/2 call, costs. They carry none of the noise of sockets and other processes, and the bench is
 a target for cProfile (``--profile``).
 
 Per scenario it prints the median µs of thread CPU time per request (``--clock wall`` for wall
