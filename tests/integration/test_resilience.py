@@ -163,7 +163,10 @@ async def test_two_hundred_streams_dropped_at_random_leave_nothing_in_triton(
         dropped = await asyncio.gather(*(one(http, rng.uniform(0.0, 2.0)) for _ in range(200)))
     assert wait_for(lambda: scripted_in_flight(triton) == 0, timeout=5.0)
     settled = time.monotonic()
-    assert settled - max(dropped) < 1.0, (
+    # Left alone, each stream would run 8-10 s more (50 responses, 0.2 s apart, dropped within
+    # 2 s). Idle, the work is gone ~0.05 s after the last client; 1.07 s was seen once while the
+    # vLLM lane loaded its two servers beside this run, so the bound leaves room for that load.
+    assert settled - max(dropped) < 3.0, (
         f"Triton still had work {settled - max(dropped):.2f} s after the last client left"
     )
     metrics = httpx.get(gateway.url + "/metrics").text
