@@ -14,6 +14,7 @@ import h2.settings
 import pytest
 from tritonclient.grpc import service_pb2
 
+from gateway.backend import triton as triton_module
 from gateway.backend.transport import base as grpc_status
 from gateway.backend.transport.h2 import CallError, H2Transport, Keepalive, connect
 from gateway.backend.triton import TritonBackend
@@ -199,3 +200,62 @@ async def test_a_deadline_passing_while_dialing_is_the_backends_timeout_error() 
             await asyncio.wait_for(_generate(transport, deadline=time.monotonic() + 0.2), 5)
     finally:
         server.close()
+
+
+async def _first_batch_then_close(transport: H2Transport, peer: list[Peer]) -> None:
+    """Take one batch and stop, as the generation does once the model's final response is in; the
+    backend stays open until the server has seen a reset of the call (or 5 s pass)."""
+    backend = TritonBackend("127.0.0.1:1", transport=transport)
+    await backend.start()
+    try:
+        stream = backend.generate(GenerationRequest(request_id="r", model="m", prompt="p", sampling={}))
+        await anext(stream)
+        await stream.aclose()  # type: ignore[attr-defined]
+        await until(lambda: bool(peer[0].resets))
+    finally:
+        await backend.close()
+
+
+async def test_a_call_triton_finished_ends_with_its_trailers_not_a_reset() -> None:
+    async def script(peer: Peer, sid: int, request: bytes) -> None:
+        peer.respond(sid)
+        peer.send(sid, _response(b"done", True))
+        await asyncio.sleep(0.2)  # the trailers a read later than the final response
+        peer.trailers(sid)
+
+    async with serve_transport(script) as (transport, served):
+        backend = TritonBackend("127.0.0.1:1", transport=transport)
+        await backend.start()
+        stream = backend.generate(GenerationRequest(request_id="r", model="m", prompt="p", sampling={}))
+        assert [chunk.final for chunk in await anext(stream)] == [True]
+        await stream.aclose()  # type: ignore[attr-defined]
+        await asyncio.sleep(0.4)
+        assert served[0].resets == {}  # no RST_STREAM for work that was over
+        assert transport._connection is not None and transport._connection.calls == 0  # the trailers ended it
+        await backend.close()
+
+
+async def test_a_finished_call_whose_trailers_never_come_is_reset_after_the_grace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(triton_module, "TRAILERS_GRACE", 0.1)
+
+    async def no_trailers(peer: Peer, sid: int, request: bytes) -> None:
+        peer.respond(sid)
+        peer.send(sid, _response(b"done", True))
+
+    async with serve_transport(no_trailers) as (transport, served):
+        await _first_batch_then_close(transport, served)
+        assert list(served[0].resets.values()) == [h2.errors.ErrorCodes.CANCEL]
+
+
+async def test_a_call_left_before_its_final_response_is_reset_at_once() -> None:
+    async def streaming(peer: Peer, sid: int, request: bytes) -> None:
+        peer.respond(sid)
+        peer.send(sid, _response(b"more", False))
+
+    async with serve_transport(streaming) as (transport, served):
+        started = time.monotonic()
+        await _first_batch_then_close(transport, served)
+        assert time.monotonic() - started < 0.5  # at once, not after TRAILERS_GRACE (1 s)
+        assert list(served[0].resets.values()) == [h2.errors.ErrorCodes.CANCEL]
