@@ -1,9 +1,9 @@
 """A streaming request's SSE frames: priming for early errors, then one frame batch per step.
 
-``prime`` waits up to ``first_response_wait`` for the generation's first step before any header is
-sent: an error that early (Triton down, a model refusing the request) then raises and gets a real
-status code instead of a 200 stream with an error event, while a slow first token (a long prefill)
-does not hold the headers back longer than that, so pings start flowing. ``StreamFrames`` then
+Priming (``FirstStep``) waits up to ``first_response_wait`` for the generation's first step before
+any header is sent: an error that early (Triton down, a model refusing the request) then raises
+and gets a real status code instead of a 200 stream with an error event, while a slow first token
+(a long prefill) does not hold the headers back longer than that, so pings start flowing. ``StreamFrames`` then
 turns each step of the generation into SSE bytes: the chat role chunks, the content chunks, the
 ``include_usage`` chunk and ``[DONE]``, or, after an error, one error event and nothing more.
 """
@@ -29,8 +29,9 @@ First = list[ChoiceEvent] | asyncio.Task[list[ChoiceEvent]]
 
 
 async def _first_step(generation: Generation, ready: asyncio.Future[None]) -> list[ChoiceEvent]:
-    """The first step; ``ready`` is set as it ends (with it, or with its error), so ``prime``
-    resumes in the next loop turn instead of two turns later through the task's done callbacks."""
+    """The first step; ``ready`` is set as it ends (with it, or with its error), so the waiting
+    request resumes in the next loop turn instead of two turns later through the task's done
+    callbacks."""
     try:
         return await generation.__anext__()
     except StopAsyncIteration:
