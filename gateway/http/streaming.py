@@ -37,8 +37,7 @@ async def _first_step(generation: Generation, ready: asyncio.Future[None]) -> li
     except StopAsyncIteration:
         return []
     finally:
-        if not ready.done():
-            ready.set_result(None)
+        _ready(ready)
 
 
 def _ready(ready: asyncio.Future[None]) -> None:
@@ -72,11 +71,6 @@ class FirstStep:
             timer.cancel()
         # The step sets ``ready`` in its last line, so a step that ended has its task done by now.
         return task.result() if task.done() else task
-
-
-async def prime(generation: Generation, wait: float) -> First:
-    """``FirstStep(generation).wait(wait)``."""
-    return await FirstStep(generation).wait(wait)
 
 
 class StreamFrames:

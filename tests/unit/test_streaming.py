@@ -14,7 +14,7 @@ from gateway.core.admission import Admission
 from gateway.core.generate import Generation
 from gateway.core.outcome import RequestOutcome
 from gateway.errors import BackendError, BackendUnavailableError
-from gateway.http.streaming import StreamFrames, prime
+from gateway.http.streaming import FirstStep, StreamFrames
 from gateway.metrics import Metrics
 from gateway.plan.prepare import GenerationPlan
 from tests.fakes import ScriptedBackend, text_chunks
@@ -42,7 +42,7 @@ async def stream_bytes(
     backend: ScriptedBackend, plan: GenerationPlan, wait: float = 1.0
 ) -> tuple[bytes, RequestOutcome]:
     generation, outcome = start(backend, plan)
-    frames = StreamFrames(plan, generation, await prime(generation, wait))
+    frames = StreamFrames(plan, generation, await FirstStep(generation).wait(wait))
     try:
         body = b"".join([frame async for frame in frames])
     finally:
@@ -91,18 +91,18 @@ async def test_error_mid_stream_is_one_error_event_and_nothing_after() -> None:
     assert outcome.record.status == 500 and backend.closed_early == 1
 
 
-async def test_an_error_before_the_first_step_raises_from_prime() -> None:
+async def test_an_error_before_the_first_step_raises_from_priming() -> None:
     backend = ScriptedBackend([BackendUnavailableError("Triton is down")])
     generation, outcome = start(backend, make_plan())
     with pytest.raises(BackendUnavailableError):
-        await prime(generation, 1.0)
+        await FirstStep(generation).wait(1.0)
     assert outcome.finished and outcome.record.status == 503
 
 
-async def test_a_slow_first_step_does_not_hold_prime_back() -> None:
+async def test_a_slow_first_step_does_not_hold_priming_back() -> None:
     backend = ScriptedBackend(text_chunks(b"late"), delay=0.3)
     generation, outcome = start(backend, make_plan())
-    first = await asyncio.wait_for(prime(generation, 0.05), 0.2)
+    first = await asyncio.wait_for(FirstStep(generation).wait(0.05), 0.2)
     assert isinstance(first, asyncio.Task)
     frames = StreamFrames(make_plan(), generation, first)
     body = b"".join([frame async for frame in frames])
@@ -113,7 +113,7 @@ async def test_a_slow_first_step_does_not_hold_prime_back() -> None:
 async def test_closing_while_the_first_step_is_pending_cancels_it_and_the_backend() -> None:
     backend = ScriptedBackend(text_chunks(b"late"), delay=5.0)
     generation, outcome = start(backend, make_plan())
-    first = await prime(generation, 0.05)
+    first = await FirstStep(generation).wait(0.05)
     assert isinstance(first, asyncio.Task)
     await asyncio.wait_for(StreamFrames(make_plan(), generation, first).aclose(), 1.0)
     assert first.cancelled() and backend.closed_early == 1
@@ -165,7 +165,7 @@ async def test_continuous_usage_is_exact_on_every_chunk_from_the_role_chunk_on(b
 async def test_the_step_that_ends_every_choice_carries_the_closing_in_the_same_frame() -> None:
     plan = make_plan(include_usage=True)
     generation, outcome = start(ScriptedBackend(text_chunks(b"he", b"llo", reason="length", prompt_tokens=3)), plan)
-    frames = StreamFrames(plan, generation, await prime(generation, 1.0))
+    frames = StreamFrames(plan, generation, await FirstStep(generation).wait(1.0))
     try:
         steps = [frame async for frame in frames]
     finally:

@@ -311,8 +311,6 @@ class GrpcConnection(asyncio.Protocol):
         # PRIORITY otherwise, and frame types this version does not know: ignored (RFC 9113 §4.1).
 
     def _headers_frame(self, sid: int, flags: int, payload: bytes) -> None:
-        if sid == 0 or sid % 2 == 0:
-            raise ProtocolViolation(PROTOCOL_ERROR, f"HEADERS on stream {sid}, which the client did not open")
         self._check_known(sid, "HEADERS")
         start, stop = 0, len(payload)
         if flags & PADDED:
@@ -343,11 +341,16 @@ class GrpcConnection(asyncio.Protocol):
         if flags & END_STREAM:
             self._end(sid)
 
-    def _end(self, sid: int) -> None:
-        """The server ended the stream."""
-        call = self._calls.pop(sid, None)
+    def _forget(self, sid: int) -> StreamCall[Any] | None:
+        """The stream is over: its call (None if it already ended), no longer tracked, and its
+        unsent request bytes and send window dropped."""
         self._unsent.pop(sid, None)
         self._send_windows.pop(sid, None)
+        return self._calls.pop(sid, None)
+
+    def _end(self, sid: int) -> None:
+        """The server ended the stream."""
+        call = self._forget(sid)
         if call is not None:
             call._ended()
             self._release_slot()
@@ -359,9 +362,7 @@ class GrpcConnection(asyncio.Protocol):
             raise ProtocolViolation(PROTOCOL_ERROR, f"{what} on stream {sid}, which the client did not open")
 
     def _reset(self, sid: int, code: int) -> None:
-        call = self._calls.pop(sid, None)
-        self._unsent.pop(sid, None)
-        self._send_windows.pop(sid, None)
+        call = self._forget(sid)
         if call is None:
             return
         if code == REFUSED_STREAM:
@@ -429,9 +430,7 @@ class GrpcConnection(asyncio.Protocol):
 
     def _fail_call(self, sid: int, why: str) -> None:
         """A stream error (RFC 9113 §5.4.2): that call ends, and the server is told."""
-        call = self._calls.pop(sid, None)
-        self._unsent.pop(sid, None)
-        self._send_windows.pop(sid, None)
+        call = self._forget(sid)
         self._out.append(frame(RST_STREAM, 0, sid, PROTOCOL_ERROR.to_bytes(4, "big")))
         if call is not None:
             call._finish(CallError(UNAVAILABLE, f"HTTP/2 protocol error from the server: {why}"))
@@ -444,6 +443,10 @@ class GrpcConnection(asyncio.Protocol):
         self.going_away = True
         # The last stream id is the server's last stream we processed: it opened none.
         self._out.append(frame(GOAWAY, 0, 0, (0).to_bytes(4, "big") + exc.code.to_bytes(4, "big") + str(exc).encode()))
+        self._close_now()
+
+    def _close_now(self) -> None:
+        """Write what is queued and close: ``data_received`` reads nothing after this."""
         self._flush()
         if self._transport is not None:
             self._transport.close()
@@ -530,10 +533,8 @@ class GrpcConnection(asyncio.Protocol):
 
     def cancel(self, call: StreamCall[Any]) -> None:
         sid = call.stream_id
-        if self._calls.pop(sid, None) is None:
+        if self._forget(sid) is None:
             return  # already ended
-        self._unsent.pop(sid, None)
-        self._send_windows.pop(sid, None)
         if not self.closed:
             self._out.append(frame(RST_STREAM, 0, sid, CANCEL.to_bytes(4, "big")))
             self._flush()
@@ -612,21 +613,15 @@ class GrpcConnection(asyncio.Protocol):
         if code == ENHANCE_YOUR_CALM and debug == b"too_many_pings" and self._keepalive is not None:
             self._keepalive.back_off()
         why = f"GOAWAY {error_name(code)}" + (f" {debug.decode('utf-8', 'replace')!r}" if debug else "")
-        for sid in [sid for sid in self._calls if sid > last or not graceful]:
-            self._unsent.pop(sid, None)
-            self._send_windows.pop(sid, None)
-            call = self._calls.pop(sid)
+        for sid, call in [(sid, call) for sid, call in self._calls.items() if sid > last or not graceful]:
+            self._forget(sid)
             if sid > last:
                 call._finish(CallError(UNAVAILABLE, f"the server did not take this call ({why})", retryable=True))
             else:
                 call._finish(CallError(UNAVAILABLE, f"the server closed the connection ({why})"))
         self._wake_slots()
         if not graceful:
-            self._flush()
-            if self._transport is not None:
-                self._transport.close()
-            self.closed = True
-            self._cancel_timers()
+            self._close_now()
             return
         self._release_slot()
 
