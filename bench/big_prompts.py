@@ -13,7 +13,10 @@ script starts (issue 13):
 * **chat workload**: ``/v1/chat/completions`` with a ``--chat-bytes`` prompt and
   ``--chat-tokens``-token streams at ``--chat-concurrency`` streams: tokens/s against the floor,
   TTFT, gateway CPU per token. Each run lasts a fixed window; streams still running when it closes
-  are cancelled (at 256 streams of 1000 tokens one request outlives any short window).
+  are cancelled (at 256 streams of 1000 tokens one request outlives any short window). The same
+  load also runs through ``relay_floor.py`` (the bare relay: the gateway's transport and parse,
+  one chunk encoded and written per response, nothing else), whose CPU per token is what any
+  Python relay pays on this machine; ``--no-relay-floor`` leaves it out.
 
 Prompts are words drawn with a fixed seed (``prompt_text``), ASCII, as a RAG context would be.
 
@@ -97,6 +100,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sections", default="sweep,stall,chat", help="which sections to run")
     parser.add_argument("--gateway-root", type=Path, default=None, help="run the gateway package of this tree")
     parser.add_argument("--gateway-arg", action="append", default=[], help="extra gateway CLI argument")
+    parser.add_argument(
+        "--relay-floor",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also run the chat workload through relay_floor.py, the bare relay",
+    )
     parser.add_argument("--output", type=Path, default=BENCH / "results" / "big-prompts.json")
     args = parser.parse_args(argv)
     if args.quick:
@@ -147,25 +156,30 @@ class Bench:
         self.workdir = Path(tempfile.mkdtemp(prefix="gw-bigprompts-"))
         self.triton: Any = None
         self.gateway: Any = None
+        self.relay: Any = None
+        """``relay_floor.py`` on the same Triton, during the chat section."""
         self.starts = 0
         self.triton_deaths: list[int] = []
         """Chat levels before which Triton was found dead (0: at the end of the run)."""
 
-    def spec(self, **extra: Any) -> dict[str, Any]:
+    def spec(self, server: Any = None, **extra: Any) -> dict[str, Any]:
         window = {"warmup": self.args.warmup, "duration": self.args.duration}
-        return firehose_spec(self.triton, self.gateway, **{**window, **extra})
+        return firehose_spec(self.triton, server or self.gateway, **{**window, **extra})
 
     def pair(self, label: str, **extra: Any) -> dict[str, Any]:
-        """Floor and gateway on the same load, ``--repeat`` times in alternating order (floor
-        first, then gateway first, ...); each side's numbers are the medians over its runs."""
-        runs: dict[str, list[dict[str, Any]]] = {"floor": [], "gateway": []}
+        """Floor and gateway (and the relay floor, when it runs) on the same load, ``--repeat``
+        times in alternating order (floor first, then gateway first, ...); each side's numbers are
+        the medians over its runs."""
+        sides = ["floor", "gateway"] + (["relay"] if self.relay is not None else [])
+        runs: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
         for round_ in range(self.args.repeat):
-            order = ("floor", "http") if round_ % 2 == 0 else ("http", "floor")
-            for target in order:
-                result = run_load(self.spec(target=target, **extra))
-                runs["floor" if target == "floor" else "gateway"].append(result)
+            for side in sides if round_ % 2 == 0 else sides[::-1]:
+                target = "floor" if side == "floor" else "http"
+                server = self.relay if side == "relay" else None
+                result = run_load(self.spec(server, target=target, **extra))
+                runs[side].append(result)
                 log(
-                    f"  {label} {target:5s} {result['tokens_per_s']:8.0f} tok/s ttft p50 "
+                    f"  {label} {side:7s} {result['tokens_per_s']:8.0f} tok/s ttft p50 "
                     f"{fmt(result['ttft_p50_ms'])} ms errors {result['errors']}"
                 )
         return {side: _median_of(results) for side, results in runs.items()}
@@ -250,9 +264,20 @@ class Bench:
         log(f"gateway pid {self.gateway.pid} on {self.gateway.url}; warm-up")
         run_load(self.spec(target="http", concurrency=4, warmup=0.0, duration=1.0, max_tokens=16))
 
+    def start_relay(self) -> None:
+        self.relay = start_gateway(
+            self.triton.grpc_url,
+            self.workdir / f"relay-{self.starts}.log",
+            [],
+            program=[sys.executable, str(BENCH / "relay_floor.py")],
+        )
+
     def stop_stack(self) -> bool:
-        """Stop the gateway and Triton; whether Triton had died on its own."""
+        """Stop the gateway, the relay and Triton; whether Triton had died on its own."""
         died = False
+        if self.relay is not None:
+            self.relay.stop()
+            self.relay = None
         if self.gateway is not None:
             self.gateway.stop()
             self.gateway = None
@@ -274,6 +299,8 @@ class Bench:
                 log("tritonserver had died during the previous level")
                 self.triton_deaths.append(concurrency)
             self.start_stack()
+            if args.relay_floor:
+                self.start_relay()
             log(f"chat workload c={concurrency}")
             pair = self.pair(
                 f"chat c={concurrency}",
@@ -286,12 +313,16 @@ class Bench:
                 drain_timeout=0.5,
             )
             floor, gateway = pair["floor"], pair["gateway"]
+            relay = pair.get("relay") or {}
             levels.append(
                 {
                     "concurrency": concurrency,
                     **pair,
                     "tokens_ratio": _ratio(gateway["tokens_per_s"], floor["tokens_per_s"]),
                     "added_ttft_p50_ms": _diff(gateway["ttft_p50_ms"], floor["ttft_p50_ms"]),
+                    "cpu_over_relay": _ratio(
+                        gateway.get("gateway_cpu_us_per_token"), relay.get("gateway_cpu_us_per_token")
+                    ),
                 }
             )
         return levels
@@ -416,17 +447,20 @@ def markdown(result: dict[str, Any]) -> str:
         "### Chat workload (chat endpoint, ~10 KB prompt, 1000-token streams)",
         "",
         "| c | floor tok/s | gateway tok/s | gateway/floor | TTFT p50 floor / gateway ms | gw CPU µs/token "
-        "| of which kernel | gw context switches/token | floor client CPU µs/token | errors |",
-        "|---:|---:|---:|---:|---|---:|---:|---:|---:|---|",
+        "| of which kernel | gw context switches/token | relay floor CPU µs/token (kernel) | gw CPU / relay's "
+        "| floor client CPU µs/token | errors |",
+        "|---:|---:|---:|---:|---|---:|---:|---:|---|---:|---:|---|",
     ]
     for level in result["chat"]:
-        f, g = level["floor"], level["gateway"]
+        f, g, r = level["floor"], level["gateway"], level.get("relay") or {}
+        errors = f"{f['errors']} / {g['errors']}" + (f" / {r['errors']}" if r else "")
         lines.append(
             f"| {level['concurrency']} | {fmt(f['tokens_per_s'])} | {fmt(g['tokens_per_s'])} | "
             f"{fmt(level['tokens_ratio'], 2)} | {fmt(f['ttft_p50_ms'], 1)} / {fmt(g['ttft_p50_ms'], 1)} | "
             f"{fmt(g.get('gateway_cpu_us_per_token'))} | {fmt(g.get('gateway_sys_us_per_token'))} | "
-            f"{fmt(g.get('gateway_switches_per_token'), 2)} | {fmt(f.get('client_cpu_us_per_token'))} | "
-            f"{f['errors']} / {g['errors']} |"
+            f"{fmt(g.get('gateway_switches_per_token'), 2)} | "
+            f"{fmt(r.get('gateway_cpu_us_per_token'))} ({fmt(r.get('gateway_sys_us_per_token'))}) | "
+            f"{fmt(level.get('cpu_over_relay'), 2)} | {fmt(f.get('client_cpu_us_per_token'))} | {errors} |"
         )
     if result.get("triton_died_before_level"):
         lines += ["", f"Triton died (and was restarted) before levels {result['triton_died_before_level']}."]

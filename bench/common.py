@@ -129,16 +129,21 @@ class Gateway:
                 self.process.wait()
 
 
-def start_gateway(triton_url: str, log_file: Path, extra_args: list[str], root: Path | None = None) -> Gateway:
+def start_gateway(
+    triton_url: str,
+    log_file: Path,
+    extra_args: list[str],
+    root: Path | None = None,
+    program: list[str] | None = None,
+) -> Gateway:
     """A gateway process; ``root``: run the ``gateway`` package of another tree (a checkout of the
-    code before a change, for before/after runs on the same Triton)."""
+    code before a change, for before/after runs on the same Triton); ``program``: run this instead
+    of ``python -m gateway`` with the same flags (``relay_floor.py``)."""
     from gateway.triton_launcher import free_port
 
     port = free_port()
     command = [
-        sys.executable,
-        "-m",
-        "gateway",
+        *(program or [sys.executable, "-m", "gateway"]),
         "--triton-url",
         triton_url,
         "--port",
