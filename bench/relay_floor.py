@@ -4,7 +4,9 @@ Not a gateway. It answers ``POST`` with an SSE stream and ``GET`` with 200, and 
 only what any relay between Triton and an OpenAI client must do: parse the response message
 (the gateway's own HTTP/2 connection and vLLM contract), encode one OpenAI chunk and write it. No
 FastAPI, uvicorn, validation, template, tokenizer, admission, assembly (stop strings, UTF-8),
-metrics or disconnect watch. Each stream is one task reading the call's batches, as in the gateway.
+metrics, pings). Each stream is one task reading the call's batches, as in the gateway, and a
+client that disconnects has its calls cancelled (else their tokens would load Triton in the next
+run of the bench).
 
 ``big_prompts.py`` runs it beside the gateway on the chat workload, so the gateway's CPU per token is
 reported against what the bare relay costs on the same machine in the same run: what is left to
@@ -31,9 +33,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gateway.backend.contracts.vllm import build_infer_request  # noqa: E402
 from gateway.backend.transport.base import STREAM_INFER_PATH  # noqa: E402
 from gateway.backend.transport.h2 import connect  # noqa: E402
+from gateway.backend.transport.h2call import StreamCall  # noqa: E402
 from gateway.backend.transport.h2conn import GrpcConnection  # noqa: E402
 from gateway.backend.triton import _READ_VLLM  # noqa: E402
-from gateway.backend.types import GenerationRequest  # noqa: E402
+from gateway.backend.types import GenerationChunk, GenerationRequest  # noqa: E402
 
 STREAM_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 READY = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
@@ -52,9 +55,14 @@ class Relay(asyncio.Protocol):
         self.triton = triton
         self.buffer = b""
         self.transport: asyncio.Transport | None = None
+        self.streams: set[asyncio.Task[None]] = set()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        for task in self.streams:
+            task.cancel()  # its call is cancelled on the way out: Triton stops the generation
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
@@ -72,7 +80,9 @@ class Relay(asyncio.Protocol):
             if lines[0].startswith("GET "):
                 self.transport.write(READY)
             else:
-                asyncio.get_running_loop().create_task(self.stream(orjson.loads(body)))
+                task = asyncio.get_running_loop().create_task(self.stream(orjson.loads(body)))
+                self.streams.add(task)
+                task.add_done_callback(self.streams.discard)
 
     async def stream(self, body: dict[str, Any]) -> None:
         transport = self.transport
@@ -86,23 +96,30 @@ class Relay(asyncio.Protocol):
         transport.write(STREAM_HEAD)
         completion = 0
         prompt_tokens = 0
-        async for batch in await self.triton.open(STREAM_INFER_PATH, message, _READ_VLLM):
-            out = []
-            for chunk in batch:
-                if chunk.num_input_tokens is not None:
-                    prompt_tokens = chunk.num_input_tokens
-                if chunk.num_output_tokens:
-                    completion += chunk.num_output_tokens[0]
-                delta = {"content": chunk.text[0].decode("utf-8", "replace")} if chunk.text else {}
-                payload = {
-                    "id": request_id,
-                    "object": "chat.completion.chunk",
-                    "created": created,
-                    "model": model,
-                    "choices": [{"index": 0, "delta": delta, "finish_reason": chunk.finish_reason[0]}],
-                }
-                out.append(chunked(b"data: " + orjson.dumps(payload) + b"\n\n"))
-            transport.write(b"".join(out))
+        call: StreamCall[GenerationChunk] = await self.triton.open(STREAM_INFER_PATH, message, _READ_VLLM)
+        finished = False
+        try:
+            async for batch in call:
+                out = []
+                for chunk in batch:
+                    if chunk.num_input_tokens is not None:
+                        prompt_tokens = chunk.num_input_tokens
+                    if chunk.num_output_tokens:
+                        completion += chunk.num_output_tokens[0]
+                    delta = {"content": chunk.text[0].decode("utf-8", "replace")} if chunk.text else {}
+                    payload = {
+                        "id": request_id,
+                        "object": "chat.completion.chunk",
+                        "created": created,
+                        "model": model,
+                        "choices": [{"index": 0, "delta": delta, "finish_reason": chunk.finish_reason[0]}],
+                    }
+                    out.append(chunked(b"data: " + orjson.dumps(payload) + b"\n\n"))
+                transport.write(b"".join(out))
+                finished = batch[-1].final
+        finally:
+            if not finished:
+                call.cancel()
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion}
         last = {"id": request_id, "object": "chat.completion.chunk", "created": created, "model": model}
         tail = b"data: " + orjson.dumps({**last, "choices": [], "usage": usage}) + b"\n\ndata: [DONE]\n\n"
