@@ -167,9 +167,9 @@ class Bench:
         return firehose_spec(self.triton, server or self.gateway, **{**window, **extra})
 
     def pair(self, label: str, **extra: Any) -> dict[str, Any]:
-        """Floor and gateway (and the relay floor, when it runs) on the same load, ``--repeat``
-        times in alternating order (floor first, then gateway first, ...); each side's numbers are
-        the medians over its runs."""
+        """Floor and gateway (and the bare relay, when it runs) on the same load, ``--repeat``
+        times, in order then in reverse order, alternately (floor, gateway, relay; relay, gateway,
+        floor; ...); each side's numbers are the medians over its runs."""
         sides = ["floor", "gateway"] + (["relay"] if self.relay is not None else [])
         runs: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
         for round_ in range(self.args.repeat):
