@@ -32,7 +32,18 @@ class Generation:
     cost as a generator's. Every list it yields is non-empty.
     """
 
-    __slots__ = ("assembler", "_batches", "_ticket", "_outcome", "_opening", "_done", "_final", "_several", "_closed")
+    __slots__ = (
+        "assembler",
+        "_source",
+        "_batches",
+        "_ticket",
+        "_outcome",
+        "_opening",
+        "_done",
+        "_final",
+        "_several",
+        "_closed",
+    )
 
     def __init__(self, plan: GenerationPlan, backend: Backend, ticket: Ticket, outcome: RequestOutcome) -> None:
         self.assembler = RequestAssembler(
@@ -47,7 +58,13 @@ class Generation:
             tools=plan.tools,
         )
         outcome.backend_started = True
-        self._batches: AsyncIterator[Positioned[GenerationChunk]] = merge([backend.generate(r) for r in plan.requests])
+        sources = [backend.generate(r) for r in plan.requests]
+        # One backend generation (every request but n > 1 or several prompts) is read directly:
+        # ``merge`` would add an async-generator step per batch to say its position is 0.
+        self._source: AsyncIterator[list[GenerationChunk]] | None = sources[0] if len(sources) == 1 else None
+        self._batches: AsyncIterator[Positioned[GenerationChunk]] | None = (
+            None if self._source is not None else merge(sources)
+        )
         self._ticket = ticket
         self._outcome = outcome
         echo = plan.echo
@@ -89,7 +106,12 @@ class Generation:
         try:
             while True:
                 try:
-                    position, batch = await self._batches.__anext__()
+                    source = self._source
+                    if source is not None:
+                        position, batch = 0, await source.__anext__()
+                    else:
+                        assert self._batches is not None
+                        position, batch = await self._batches.__anext__()
                 except StopAsyncIteration:  # the backend ended without a final flag on every choice
                     self._done = self._final = True
                     events = run.close()
@@ -125,7 +147,7 @@ class Generation:
             return
         self._closed = self._done = True
         try:
-            await self._batches.aclose()  # type: ignore[attr-defined]
+            await (self._source or self._batches).aclose()  # type: ignore[union-attr]
         finally:
             self._ticket.release()
             run = self.assembler

@@ -2,9 +2,11 @@
 
 A backend generation yields *batches*: everything that arrived since its consumer last asked
 (``Backend.generate``). So a slow HTTP client gets fewer, larger chunks instead of a queue of tiny
-ones, with no task between the socket and the consumer. This module only adds the generation's
-position (its choice's index), and closes every source in ``finally``: closing a generation is what cancels its Triton
-call, so a merged stream that stops early must not leave any of its sources running.
+ones. This module only adds the generation's position (its choice's index), and closes every
+source in ``finally``: closing a generation is what cancels its Triton call, so a merged stream
+that stops early must not leave any of its sources running. A request with one generation (the
+usual case) does not come here: ``Generation`` reads it directly, with no task or generator step
+between the socket and the consumer.
 """
 
 from __future__ import annotations
@@ -20,14 +22,6 @@ Positioned = tuple[int, list[T]]
 
 async def merge(sources: Sequence[AsyncIterator[list[T]]]) -> AsyncIterator[Positioned[T]]:
     """Each source's batches as they arrive, with the source's position."""
-    if len(sources) == 1:
-        (source,) = sources
-        try:
-            async for batch in source:
-                yield 0, batch
-        finally:
-            await source.aclose()  # type: ignore[attr-defined]
-        return
     pending: dict[asyncio.Future[list[T]], int] = {
         asyncio.ensure_future(anext(source)): position for position, source in enumerate(sources)
     }
