@@ -5,8 +5,8 @@ A backend generation yields *batches*: everything that arrived since its consume
 ones. This module only adds the generation's position (its choice's index), and closes every
 source in ``finally``: closing a generation is what cancels its Triton call, so a merged stream
 that stops early must not leave any of its sources running. A request with one generation (the
-usual case) does not come here: ``Generation`` reads it directly, with no task or generator step
-between the socket and the consumer.
+usual case) does not come here: ``Generation`` reads that generation itself, without this
+module's generator step per batch.
 """
 
 from __future__ import annotations
