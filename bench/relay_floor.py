@@ -2,11 +2,12 @@
 
 Not a gateway. It answers ``POST`` with an SSE stream and ``GET`` with 200, and does per token
 only what any relay between Triton and an OpenAI client must do: parse the response message
-(the gateway's own HTTP/2 connection and vLLM contract), encode one OpenAI chunk and write it. No
-FastAPI, uvicorn, validation, template, tokenizer, admission, assembly (stop strings, UTF-8),
-metrics, pings). Each stream is one task reading the call's batches, as in the gateway, and a
-client that disconnects has its calls cancelled (else their tokens would load Triton in the next
-run of the bench).
+(the gateway's own HTTP/2 connection and vLLM contract), encode one OpenAI chunk (only its delta
+and finish reason: the bytes every chunk of the stream shares are encoded once, as the gateway's
+encoder does) and write it. No FastAPI, uvicorn, validation, template, tokenizer, admission,
+assembly (stop strings, UTF-8), metrics or pings. Each stream is one task reading the call's
+batches, as in the gateway, and a client that disconnects has its calls cancelled (else their
+tokens would load Triton in the next run of the bench).
 
 ``big_prompts.py`` runs it beside the gateway on the chat workload, so the gateway's CPU per token is
 reported against what the bare relay costs on the same machine in the same run: what is left to
@@ -92,7 +93,8 @@ class Relay(asyncio.Protocol):
         request_id, model = f"relay-{next(self.ids)}", body["model"]
         request = GenerationRequest(request_id, model, prompt, {"max_tokens": body.get("max_tokens", 16)})
         message = build_infer_request(request).SerializeToString()
-        created = int(time.time())
+        shared = {"id": request_id, "object": "chat.completion.chunk", "created": int(time.time()), "model": model}
+        head = b"data: " + orjson.dumps(shared)[:-1] + b',"choices":[{"index":0,"delta":'
         transport.write(STREAM_HEAD)
         completion = 0
         prompt_tokens = 0
@@ -107,22 +109,15 @@ class Relay(asyncio.Protocol):
                     if chunk.num_output_tokens:
                         completion += chunk.num_output_tokens[0]
                     delta = {"content": chunk.text[0].decode("utf-8", "replace")} if chunk.text else {}
-                    payload = {
-                        "id": request_id,
-                        "object": "chat.completion.chunk",
-                        "created": created,
-                        "model": model,
-                        "choices": [{"index": 0, "delta": delta, "finish_reason": chunk.finish_reason[0]}],
-                    }
-                    out.append(chunked(b"data: " + orjson.dumps(payload) + b"\n\n"))
+                    reason = orjson.dumps(chunk.finish_reason[0])
+                    out.append(chunked(head + orjson.dumps(delta) + b',"finish_reason":' + reason + b"}]}\n\n"))
                 transport.write(b"".join(out))
                 finished = batch[-1].final
         finally:
             if not finished:
                 call.cancel()
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion}
-        last = {"id": request_id, "object": "chat.completion.chunk", "created": created, "model": model}
-        tail = b"data: " + orjson.dumps({**last, "choices": [], "usage": usage}) + b"\n\ndata: [DONE]\n\n"
+        tail = b"data: " + orjson.dumps({**shared, "choices": [], "usage": usage}) + b"\n\ndata: [DONE]\n\n"
         transport.write(chunked(tail) + b"0\r\n\r\n")
 
 
