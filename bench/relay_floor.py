@@ -36,7 +36,7 @@ from gateway.backend.transport.base import STREAM_INFER_PATH  # noqa: E402
 from gateway.backend.transport.h2 import connect  # noqa: E402
 from gateway.backend.transport.h2call import StreamCall  # noqa: E402
 from gateway.backend.transport.h2conn import GrpcConnection  # noqa: E402
-from gateway.backend.triton import _READ_VLLM  # noqa: E402
+from gateway.backend.triton import vllm_reader  # noqa: E402
 from gateway.backend.types import GenerationChunk, GenerationRequest  # noqa: E402
 
 STREAM_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
@@ -98,7 +98,7 @@ class Relay(asyncio.Protocol):
         transport.write(STREAM_HEAD)
         completion = 0
         prompt_tokens = 0
-        call: StreamCall[GenerationChunk] = await self.triton.open(STREAM_INFER_PATH, message, _READ_VLLM)
+        call: StreamCall[GenerationChunk] = await self.triton.open(STREAM_INFER_PATH, message, vllm_reader())
         finished = False
         try:
             async for batch in call:

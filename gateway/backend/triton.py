@@ -29,9 +29,10 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from gateway.backend.contracts.trtllm import (
     build_trtllm_request,
     is_trtllm,
-    parse_trtllm_response,
+    parse_trtllm_outputs,
 )
-from gateway.backend.contracts.vllm import build_infer_request, parse_infer_response
+from gateway.backend.contracts.vllm import build_infer_request, parse_vllm_outputs
+from gateway.backend.stream_messages import StreamReader
 from gateway.backend.transport.aio import AioTransport
 from gateway.backend.transport.base import (
     STREAM_INFER_PATH,
@@ -146,31 +147,19 @@ def classify_rpc_error(error: grpc.aio.AioRpcError | CallError) -> GatewayError:
     return error_type(f"Triton error: {details}")
 
 
-def _is_final(response: Any) -> bool:
-    param = response.parameters.get("triton_final_response")
-    return bool(param is not None and param.bool_param)
+def vllm_reader() -> StreamReader:
+    """A reader for one call's messages under the vLLM-backend contract."""
+    return StreamReader(parse_vllm_outputs, classify_stream_error)
 
 
-def _reader(parse: Callable[[Any, bool], GenerationChunk]) -> Callable[[bytes], GenerationChunk]:
-    """One ``ModelStreamInferResponse`` message → a chunk, or the typed error it carries."""
-    decode = service_pb2.ModelStreamInferResponse.FromString
-
-    def read(message: bytes) -> GenerationChunk:
-        reply = decode(message)
-        if reply.error_message:
-            raise classify_stream_error(reply.error_message)
-        response = reply.infer_response
-        return parse(response, _is_final(response))
-
-    return read
+def trtllm_reader() -> StreamReader:
+    """A reader for one call's messages from a TensorRT-LLM ensemble."""
+    return StreamReader(parse_trtllm_outputs, classify_stream_error)
 
 
 TRAILERS_GRACE = 1.0
 """Seconds a call whose final response came is left to end with Triton's trailers before it is
 reset."""
-
-_READ_VLLM = _reader(parse_infer_response)
-_READ_TRTLLM = _reader(parse_trtllm_response)
 
 
 class TritonBackend:
@@ -275,7 +264,7 @@ class TritonBackend:
             raise BackendUnavailableError("the Triton client is not started")
         ensemble = is_trtllm(request.inputs)
         infer = build_trtllm_request(request, request.inputs) if ensemble else build_infer_request(request)
-        read = _READ_TRTLLM if ensemble else _READ_VLLM
+        read = trtllm_reader() if ensemble else vllm_reader()
         message = infer.SerializeToString()
         retried = False
         while True:

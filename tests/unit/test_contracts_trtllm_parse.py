@@ -11,7 +11,8 @@ import pytest
 from tritonclient.grpc import service_pb2
 from tritonclient.utils import serialize_byte_tensor
 
-from gateway.backend.contracts.trtllm import parse_trtllm_response
+from gateway.backend.contracts.tensors import describe_outputs
+from gateway.backend.contracts.trtllm import parse_trtllm_outputs
 from gateway.backend.types import GenerationChunk
 
 
@@ -28,6 +29,10 @@ def response(*outputs: tuple[str, str, list[int], bytes]) -> Any:
         tensor.shape.extend(shape)
         message.raw_output_contents.append(raw)
     return service_pb2.ModelInferResponse.FromString(message.SerializeToString())
+
+
+def parse_trtllm_response(response: Any, final: bool) -> GenerationChunk:
+    return parse_trtllm_outputs(describe_outputs(response), response.raw_output_contents, final)
 
 
 def text_output(values: list[bytes], shape: list[int]) -> tuple[str, str, list[int], bytes]:

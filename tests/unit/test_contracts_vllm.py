@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from tritonclient.grpc import service_pb2
 from tritonclient.utils import serialize_byte_tensor
 
-from gateway.backend.contracts.tensors import pack_bytes, split_bytes
-from gateway.backend.contracts.vllm import build_infer_request, parse_infer_response
+from gateway.backend.contracts.tensors import describe_outputs, pack_bytes, split_bytes
+from gateway.backend.contracts.vllm import build_infer_request, parse_vllm_outputs
 from gateway.backend.types import GenerationChunk, GenerationRequest
 from gateway.errors import BackendError
 
@@ -75,7 +75,8 @@ def response(*outputs: Output, final: bool | None = None) -> Any:
 
 
 def parse(*outputs: Output, final: bool = False) -> GenerationChunk:
-    return parse_infer_response(response(*outputs), final)
+    parsed = response(*outputs)
+    return parse_vllm_outputs(describe_outputs(parsed), parsed.raw_output_contents, final)
 
 
 # -- one sequence ---------------------------------------------------------------------------------

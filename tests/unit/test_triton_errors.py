@@ -279,7 +279,7 @@ def message(response: Any | None = None, *, final: Any = None, error: str = "") 
 
 
 def test_reader_final_flag_comes_from_the_response_parameter() -> None:
-    read = triton._READ_VLLM
+    read = triton.vllm_reader()
     assert read(message(text_response(b"a", finish=b"stop"), final=True)) == GenerationChunk(
         (b"a",), ("stop",), None, None, None, True
     )
@@ -290,11 +290,11 @@ def test_reader_final_flag_comes_from_the_response_parameter() -> None:
 
 
 def test_reader_final_without_data() -> None:
-    assert triton._READ_VLLM(message(final=True)) == GenerationChunk((), (), None, None, None, True)
+    assert triton.vllm_reader()(message(final=True)) == GenerationChunk((), (), None, None, None, True)
 
 
 def test_reader_parses_every_sequence() -> None:
-    chunk = triton._READ_VLLM(message(text_response(b"a", b"b", finish=b"length"), final=True))
+    chunk = triton.vllm_reader()(message(text_response(b"a", b"b", finish=b"length"), final=True))
     assert chunk.text == (b"a", b"b")
     assert chunk.finish_reason == ("length", "length")
 
@@ -303,8 +303,8 @@ def test_trtllm_reader_uses_the_ensemble_contract() -> None:
     response = service_pb2.ModelInferResponse(model_name="ensemble")
     response.outputs.add(name="text_output", datatype="BYTES", shape=[1, 1])
     response.raw_output_contents.append(serialize_byte_tensor(np.array([[b"tok"]], dtype=np.object_)).item())
-    assert triton._READ_TRTLLM(message(response)) == GenerationChunk((b"tok",), (None,), None, (1,), None, False)
-    assert triton._READ_TRTLLM(message(response, final=True)).final is True
+    assert triton.trtllm_reader()(message(response)) == GenerationChunk((b"tok",), (None,), None, (1,), None, False)
+    assert triton.trtllm_reader()(message(response, final=True)).final is True
 
 
 @pytest.mark.parametrize(("text", "error_type", "param"), CLIENT_ERRORS[:9])
@@ -312,7 +312,7 @@ def test_reader_raises_the_error_a_message_carries(
     text: str, error_type: type[GatewayError], param: str | None
 ) -> None:
     with pytest.raises(GatewayError) as info:
-        triton._READ_VLLM(message(error=text))
+        triton.vllm_reader()(message(error=text))
     assert type(info.value) is error_type
     assert info.value.param == param
 
@@ -321,6 +321,6 @@ def test_reader_error_wins_over_the_data_beside_it() -> None:
     # The vLLM backend sends its error with a text_output of "N/A" and the FINAL flag.
     data = message(text_response(b"N/A"), final=True, error="Error generating stream: boom")
     with pytest.raises(BackendError, match="Error generating stream: boom"):
-        triton._READ_VLLM(data)
+        triton.vllm_reader()(data)
     with pytest.raises(BackendError):
-        triton._READ_TRTLLM(data)
+        triton.trtllm_reader()(data)

@@ -8,6 +8,14 @@ from typing import Any
 
 _UINT32 = struct.Struct("<I")
 
+Outputs = tuple[tuple[str, str], ...]
+"""A response's output descriptors, in the order of its raw contents: (name, datatype)."""
+
+
+def describe_outputs(response: Any) -> Outputs:
+    """The output descriptors of a protobuf ``ModelInferResponse``."""
+    return tuple((output.name, output.datatype) for output in response.outputs)
+
 
 def add_tensor(request: Any, name: str, datatype: str, shape: list[int], raw: bytes) -> None:
     """Append one input tensor with its raw bytes to a ``ModelInferRequest``."""

@@ -11,12 +11,12 @@ by name instead of being dropped. Knows nothing of OpenAI: it speaks vLLM ``Samp
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tritonclient.grpc import service_pb2
 
-from gateway.backend.contracts.tensors import add_tensor, pack_bytes, split_bytes
+from gateway.backend.contracts.tensors import Outputs, add_tensor, pack_bytes, split_bytes
 from gateway.backend.types import GenerationChunk, GenerationRequest
 from gateway.errors import InvalidRequestError
 
@@ -75,13 +75,12 @@ def build_trtllm_request(request: GenerationRequest, inputs: frozenset[str]) -> 
     return infer
 
 
-def parse_trtllm_response(response: Any, final: bool) -> GenerationChunk:
+def parse_trtllm_outputs(outputs: Outputs, raws: Sequence[bytes], final: bool) -> GenerationChunk:
     """``text_output`` ([1, 1] or [1]) as one sequence; one token per non-empty response."""
     texts: list[bytes] = []
-    raws = response.raw_output_contents
-    for index, output in enumerate(response.outputs):
-        if output.name == "text_output" and index < len(raws):
-            texts = split_bytes(raws[index])
+    for (name, _datatype), raw in zip(outputs, raws, strict=False):
+        if name == "text_output":
+            texts = split_bytes(raw)
     text = b"".join(texts)
     return GenerationChunk((text,), (None,), None, (1,) if text else (0,), None, final)
 

@@ -1,18 +1,20 @@
 """The vLLM-backend tensor contract (``triton_models/README.md`` has the table): a
-``GenerationRequest`` → one ``ModelInferRequest``, and each ``ModelInferResponse`` → a
-``GenerationChunk``. The response parse runs once per token, so it reads protobuf fields once and
-skips numpy. Knows nothing of OpenAI or of how the messages travel.
+``GenerationRequest`` → one ``ModelInferRequest``, and each response's outputs → a
+``GenerationChunk``. The response parse runs once per token, on output descriptors and raw
+contents (``stream_messages`` reads most messages without protobuf), and skips numpy. Knows
+nothing of OpenAI or of how the messages travel.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
 from tritonclient.grpc import service_pb2
 
-from gateway.backend.contracts.tensors import add_tensor, pack_bytes, split_bytes
+from gateway.backend.contracts.tensors import Outputs, add_tensor, pack_bytes, split_bytes
 from gateway.backend.types import GenerationChunk, GenerationRequest
 from gateway.errors import BackendError
 
@@ -84,25 +86,24 @@ def _finish_reason(raw: bytes) -> str | None:
         return raw.decode("utf-8", "replace")
 
 
-def parse_infer_response(response: Any, final: bool) -> GenerationChunk:
-    """Turn one ``ModelInferResponse`` into a chunk without numpy (hot path: once per token, so
-    each protobuf field is read once and the usual one-sequence values take a shortcut)."""
+def parse_vllm_outputs(outputs: Outputs, raws: Sequence[bytes], final: bool) -> GenerationChunk:
+    """One response's outputs → a chunk, without numpy (hot path: once per token, so the usual
+    one-sequence values take a shortcut)."""
     text: tuple[bytes, ...] = ()
     finish: tuple[str | None, ...] | None = None
     num_in: int | None = None
     num_out: tuple[int, ...] | None = None
     logprobs: tuple[Any, ...] | None = None
-    for output, raw in zip(response.outputs, response.raw_output_contents, strict=False):
-        name = output.name
+    for (name, datatype), raw in zip(outputs, raws, strict=False):
         if name == TEXT_OUTPUT:
             text = tuple(split_bytes(raw))
         elif name == FINISH_REASON:
             finish = (None,) if raw == _UNFINISHED else tuple(map(_finish_reason, split_bytes(raw)))
         elif name == NUM_INPUT_TOKENS:
-            values = _numbers(raw, output.datatype)
+            values = _numbers(raw, datatype)
             num_in = int(values[0]) if values else None
         elif name == NUM_OUTPUT_TOKENS:
-            num_out = tuple(map(int, _numbers(raw, output.datatype)))
+            num_out = tuple(map(int, _numbers(raw, datatype)))
         elif name == LOGPROBS:
             logprobs = tuple(orjson.loads(r) for r in split_bytes(raw))
     return GenerationChunk(text, finish or (None,) * len(text), num_in, num_out, logprobs, final)
