@@ -20,14 +20,17 @@ a check and goes through protobuf. The tests compare both ways on real Triton st
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 
 from tritonclient.grpc import service_pb2
 
-from gateway.backend.contracts.tensors import Outputs, describe_outputs
+from gateway.backend.contracts.tensors import Outputs, ReadRaws, describe_outputs
 from gateway.backend.types import GenerationChunk
 
 ParseOutputs = Callable[[Outputs, Sequence[bytes], bool], GenerationChunk]
 """A backend contract's reading of one response: output descriptors, raw contents, final."""
+PlanOutputs = Callable[[Outputs], ReadRaws | None]
+"""A backend contract's faster reading of one layout's responses, where it has one."""
 
 _ENVELOPE = 0x12
 """The key of ``ModelStreamInferResponse.infer_response`` (field 2, length-delimited)."""
@@ -83,22 +86,25 @@ def _records(message: bytes) -> tuple[int, list[tuple[int, int]]] | None:
 class StreamReader:
     """Reads one call's messages (a fresh reader per call: the head holds the call's id)."""
 
-    __slots__ = ("_count", "_error", "_head", "_learns", "_outputs", "_parse")
+    __slots__ = ("_count", "_error", "_head", "_learns", "_parse", "_plan", "_read")
 
-    def __init__(self, parse: ParseOutputs, error: Callable[[str], Exception]) -> None:
+    def __init__(self, parse: ParseOutputs, error: Callable[[str], Exception], plan: PlanOutputs | None = None) -> None:
         self._parse = parse
+        self._plan = plan
         self._error = error
         """Turns an in-stream error message into the exception the call ends with."""
         self._head: bytes | None = None
-        self._outputs: Outputs = ()
+        self._read: ReadRaws | None = None
+        """How the learned layout's raw contents become a chunk."""
         self._count = 0
         self._learns = _LEARNS
 
     def __call__(self, message: bytes) -> GenerationChunk:
-        if self._head is not None:
+        read = self._read
+        if read is not None:
             raws = self.raw_contents(message)
             if raws is not None:
-                return self._parse(self._outputs, raws, False)
+                return read(raws, False)
         return self._protobuf(message)
 
     def raw_contents(self, message: bytes) -> list[bytes] | None:
@@ -159,5 +165,6 @@ class StreamReader:
             return
         if any(key != _RAW for key, _ in records[split:]):
             return
+        plan = self._plan(outputs) if self._plan is not None and count == len(outputs) else None
         self._head = message[start : records[split][1] if count else len(message)]
-        self._outputs, self._count = outputs, count
+        self._read, self._count = plan or partial(self._parse, outputs), count

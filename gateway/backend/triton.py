@@ -31,7 +31,7 @@ from gateway.backend.contracts.trtllm import (
     is_trtllm,
     parse_trtllm_outputs,
 )
-from gateway.backend.contracts.vllm import build_infer_request, parse_vllm_outputs
+from gateway.backend.contracts.vllm import build_infer_request, parse_vllm_outputs, vllm_outputs_plan
 from gateway.backend.stream_messages import StreamReader
 from gateway.backend.transport.aio import AioTransport
 from gateway.backend.transport.base import (
@@ -149,7 +149,7 @@ def classify_rpc_error(error: grpc.aio.AioRpcError | CallError) -> GatewayError:
 
 def vllm_reader() -> StreamReader:
     """A reader for one call's messages under the vLLM-backend contract."""
-    return StreamReader(parse_vllm_outputs, classify_stream_error)
+    return StreamReader(parse_vllm_outputs, classify_stream_error, vllm_outputs_plan)
 
 
 def trtllm_reader() -> StreamReader:

@@ -17,7 +17,7 @@ from tritonclient.grpc import service_pb2
 from tritonclient.utils import serialize_byte_tensor
 
 from gateway.backend.contracts.tensors import describe_outputs, pack_bytes, split_bytes
-from gateway.backend.contracts.vllm import build_infer_request, parse_vllm_outputs
+from gateway.backend.contracts.vllm import build_infer_request, parse_vllm_outputs, vllm_outputs_plan
 from gateway.backend.types import GenerationChunk, GenerationRequest
 from gateway.errors import BackendError
 
@@ -75,8 +75,59 @@ def response(*outputs: Output, final: bool | None = None) -> Any:
 
 
 def parse(*outputs: Output, final: bool = False) -> GenerationChunk:
+    """The chunk ``parse_vllm_outputs`` makes of a response; where the layout has a faster plan,
+    that plan must make the same chunk (so every test here holds it to the general reading)."""
     parsed = response(*outputs)
-    return parse_vllm_outputs(describe_outputs(parsed), parsed.raw_output_contents, final)
+    described, raws = describe_outputs(parsed), parsed.raw_output_contents
+    chunk = parse_vllm_outputs(described, raws, final)
+    plan = vllm_outputs_plan(described)
+    if plan is not None:
+        assert plan(raws, final) == chunk
+    return chunk
+
+
+USUAL = ("text_output", "finish_reason", "num_input_tokens", "num_output_tokens")
+
+
+@pytest.mark.parametrize("datatype", ["UINT32", "INT32", "UINT64", "INT64"])
+def test_the_usual_layout_has_a_plan_in_every_order_and_integer_type(datatype: str) -> None:
+    types = {"text_output": "BYTES", "finish_reason": "BYTES"}
+    for order in itertools.permutations(USUAL):
+        assert vllm_outputs_plan(tuple((name, types.get(name, datatype)) for name in order)) is not None
+
+
+@pytest.mark.parametrize("final", [False, True])
+@pytest.mark.parametrize(
+    ("reasons", "reason"),
+    [(finish_reason(b"None"), None), (finish_reason(b"stop"), "stop"), (("finish_reason", "BYTES", [0], b""), None)],
+)
+def test_the_usual_layout_of_one_sequence(final: bool, reasons: Output, reason: str | None) -> None:
+    outputs = (text_output(b"tok"), reasons, num_input_tokens(7), num_output_tokens(1))
+    assert vllm_outputs_plan(describe_outputs(response(*outputs))) is not None
+    assert parse(*outputs, final=final) == GenerationChunk((b"tok",), (reason,), 7, (1,), None, final)
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        (("text_output", "BYTES"), ("finish_reason", "BYTES"), ("num_input_tokens", "UINT32")),
+        (*((name, "BYTES" if "tokens" not in name else "UINT32") for name in USUAL), ("logprobs", "BYTES")),
+        (
+            ("text_output", "BYTES"),
+            ("finish_reason", "BYTES"),
+            ("num_input_tokens", "FP32"),
+            ("num_output_tokens", "UINT32"),
+        ),
+        (
+            ("text_output", "BYTES"),
+            ("text_output", "BYTES"),
+            ("num_input_tokens", "UINT32"),
+            ("num_output_tokens", "UINT32"),
+        ),
+    ],
+)
+def test_other_layouts_have_no_plan(layout: tuple[tuple[str, str], ...]) -> None:
+    assert vllm_outputs_plan(layout) is None
 
 
 # -- one sequence ---------------------------------------------------------------------------------
@@ -247,7 +298,7 @@ def test_the_final_argument_is_carried_as_given() -> None:
     assert parse(text_output(b"a"), final=False).final is False
 
 
-@settings(max_examples=50)
+@settings(max_examples=150)
 @given(
     st.lists(
         st.tuples(
@@ -264,6 +315,7 @@ def test_the_final_argument_is_carried_as_given() -> None:
     st.booleans(),
     st.permutations(range(5)),
     st.sets(st.sampled_from(["finish_reason", "num_input_tokens", "num_output_tokens", "logprobs"])),
+    st.booleans(),
 )
 def test_any_response_the_backend_can_send_parses_to_its_values(
     sequences: list[tuple[bytes, bytes, int, Any]],
@@ -272,6 +324,7 @@ def test_any_response_the_backend_can_send_parses_to_its_values(
     zero_d: bool,
     order: list[int],
     present: set[str],
+    final: bool,
 ) -> None:
     texts, reasons, counts, entries = zip(*sequences, strict=True)
     all_outputs = [
@@ -282,7 +335,8 @@ def test_any_response_the_backend_can_send_parses_to_its_values(
         logprobs(*[b"null" if e is None else e for e in entries]),
     ]
     outputs = [all_outputs[i] for i in order if i == 0 or all_outputs[i][0] in present]
-    chunk = parse(*outputs)
+    chunk = parse(*outputs, final=final)
+    assert chunk.final is final
     n = len(sequences)
     assert chunk.text == texts
     if "finish_reason" in present:

@@ -147,3 +147,20 @@ def test_any_sequence_of_messages_reads_as_protobuf_reads_it(stream: list[tuple[
     for layout, raws in stream:
         encoded = message(raws, **layout)
         assert outcome(read, encoded) == outcome(reader(), encoded)
+
+
+def test_a_learned_layout_is_read_by_the_contracts_plan_where_it_has_one() -> None:
+    def plan(outputs: Outputs) -> Any:
+        if outputs[0][0] != "text_output":
+            return None
+        return lambda raws, final: ("plan", outputs, tuple(raws), final)
+
+    planned = StreamReader(echo, StreamError, plan)
+    first, second = message(RAWS), message([b"\x03\x00\x00\x00 an", *RAWS[1:]])
+    assert planned(first) == outcome(reader(), first)[1]  # protobuf's reading: no plan
+    assert planned(second) == ("plan", *outcome(reader(), second)[1])
+    # Without a plan for the layout, and when the raw contents do not match the descriptors.
+    for layout in (message(RAWS, names=("finish_reason",) * 4), message(RAWS[:2])):
+        unplanned = StreamReader(echo, StreamError, plan)
+        unplanned(layout)
+        assert unplanned(layout) == outcome(reader(), layout)[1]

@@ -4,12 +4,18 @@ shared by both backend contracts (vLLM backend and TensorRT-LLM ensemble)."""
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable, Sequence
 from typing import Any
+
+from gateway.backend.types import GenerationChunk
 
 _UINT32 = struct.Struct("<I")
 
 Outputs = tuple[tuple[str, str], ...]
 """A response's output descriptors, in the order of its raw contents: (name, datatype)."""
+
+ReadRaws = Callable[[Sequence[bytes], bool], GenerationChunk]
+"""The reading of one layout's responses: raw contents, final → a chunk."""
 
 
 def describe_outputs(response: Any) -> Outputs:
