@@ -106,6 +106,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=True,
         help="also run the chat workload through relay_floor.py, the bare relay",
     )
+    parser.add_argument(
+        "--pin-gateway",
+        type=int,
+        default=None,
+        metavar="CPU",
+        help="run the gateway and the relay on this CPU alone, and Triton, its stubs and the load "
+        "clients on the others (the gateway's own core, as a pod with a CPU request would have it)",
+    )
     parser.add_argument("--output", type=Path, default=BENCH / "results" / "big-prompts.json")
     args = parser.parse_args(argv)
     if args.quick:
@@ -161,6 +169,13 @@ class Bench:
         self.starts = 0
         self.triton_deaths: list[int] = []
         """Chat levels before which Triton was found dead (0: at the end of the run)."""
+
+    def pin(self, server: Any) -> None:
+        """Put every thread of ``server`` on ``--pin-gateway``'s CPU (threads started later inherit it)."""
+        if self.args.pin_gateway is None:
+            return
+        for task in Path(f"/proc/{server.pid}/task").iterdir():
+            os.sched_setaffinity(int(task.name), {self.args.pin_gateway})
 
     def spec(self, server: Any = None, **extra: Any) -> dict[str, Any]:
         window = {"warmup": self.args.warmup, "duration": self.args.duration}
@@ -261,6 +276,7 @@ class Bench:
             [repositories, *self.args.gateway_arg],
             root=self.args.gateway_root,
         )
+        self.pin(self.gateway)
         log(f"gateway pid {self.gateway.pid} on {self.gateway.url}; warm-up")
         run_load(self.spec(target="http", concurrency=4, warmup=0.0, duration=1.0, max_tokens=16))
 
@@ -271,6 +287,7 @@ class Bench:
             [],
             program=[sys.executable, str(BENCH / "relay_floor.py")],
         )
+        self.pin(self.relay)
 
     def stop_stack(self) -> bool:
         """Stop the gateway, the relay and Triton; whether Triton had died on its own."""
@@ -337,6 +354,10 @@ class Bench:
             "machine": machine_info(),
             "gateway_root": str(args.gateway_root or Path(__file__).resolve().parent.parent),
         }
+        if args.pin_gateway is not None:  # Triton and the load clients inherit the other CPUs
+            others = set(range(os.cpu_count() or 1)) - {args.pin_gateway}
+            os.sched_setaffinity(0, others)
+            result["pinned_gateway_cpu"] = args.pin_gateway
         try:
             self.start_stack()
             sections = {name.strip() for name in args.sections.split(",")}
