@@ -82,6 +82,25 @@ def test_stop_string_split_across_chunks_never_leaks() -> None:
     assert (streamed, reason) == ("hello world ", "stop")
 
 
+@settings(max_examples=400, deadline=None)
+@given(
+    data=st.lists(
+        st.one_of(
+            st.binary(max_size=6),
+            st.sampled_from([b"\xe2\x82", b"\xac", b"\xf0\x9f", b"\x99\x82", b"\xc3", b"\xff", b"\x80", b"\xed\xa0"]),
+        ),
+        max_size=12,
+    ).map(b"".join),
+    cuts=st.lists(st.integers(0, 200), max_size=12),
+)
+def test_any_bytes_cut_anywhere_decode_as_one_decode_with_replacement(data: bytes, cuts: list[int]) -> None:
+    """Invalid bytes, split characters and ASCII in any mix: each piece decoded as it comes (the
+    pieces ending in ASCII alone, the others by the incremental decoder) gives what decoding the
+    whole at once gives."""
+    streamed, _, _ = run(split_bytes(data, cuts), [], False)
+    assert streamed == data.decode("utf-8", "replace")
+
+
 def test_split_utf8_character_is_joined_not_replaced() -> None:
     data = "a🙂b".encode()
     streamed, reason, _ = run([data[:2], data[2:4], data[4:]], [], include=False, backend_reason="stop")
