@@ -2,7 +2,7 @@
 
 Not a gateway. It answers ``POST`` with an SSE stream and ``GET`` with 200, and does per token
 only what any relay between Triton and an OpenAI client must do: parse the response message
-(the gateway's own HTTP/2 connection and vLLM contract), encode one OpenAI chunk (only its delta
+(the gateway's own HTTP/2 connection and stream reader, vLLM contract), encode one OpenAI chunk (only its delta
 and finish reason: the bytes every chunk of the stream shares are encoded once, as the gateway's
 encoder does) and write it. No FastAPI, uvicorn, validation, template, tokenizer, admission,
 assembly (stop strings, UTF-8), metrics or pings. Each stream is one task reading the call's
