@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
+from starlette.types import Receive, Scope, Send
 
 from gateway.backend.replicas.pool import ReplicaPool
 from gateway.backend.replicas.router import Policy, Router
@@ -34,6 +35,7 @@ from gateway.http.request_id import RequestIdMiddleware
 from gateway.http.respond import REPLICA_HEADER, ROUTE_HEADER
 from gateway.http.routes import chat, completions, health, metrics, models, responses
 from gateway.http.security import ApiKeyMiddleware, BodySizeLimitMiddleware
+from gateway.http.sse import BODY_SEND
 from gateway.metrics import Metrics
 from gateway.models.catalog import ModelCatalog
 from gateway.models.files import ModelFileSources
@@ -65,6 +67,20 @@ def triton_replicas(settings: Settings) -> ReplicaPool:
 
     router = Router(Policy(settings.routing_policy), settings.routing_prefix_chars, settings.routing_load_factor)
     return ReplicaPool(settings.triton_endpoints, connect, router, resolve_interval=settings.triton_resolve_interval)
+
+
+class GatewayApp(FastAPI):
+    """FastAPI that leaves the server's own ``send`` in the scope for stream bodies
+    (``sse.BODY_SEND``). Starlette's outermost middleware (its 500 handler) wraps ``send`` only
+    to see whether the response has started, as every middleware of ours between it and the
+    routes does, so once a stream's headers are out its frames go straight to the server: one
+    call fewer per frame than through the wrapper, every middleware's view of the response
+    unchanged."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            scope.setdefault("state", {})[BODY_SEND] = send
+        await super().__call__(scope, receive, send)
 
 
 def create_app(settings: Settings, backend: Backend | None = None) -> FastAPI:
@@ -115,7 +131,7 @@ def create_app(settings: Settings, backend: Backend | None = None) -> FastAPI:
             if store is not None:
                 await store.close()
 
-    app = FastAPI(title="triton-openai-gateway", version="0.1.0", lifespan=lifespan)
+    app = GatewayApp(title="triton-openai-gateway", version="0.1.0", lifespan=lifespan)
     components = Components(settings, the_backend, catalog, the_metrics, service, store)
     app.state.components = components
     install_error_handlers(app)

@@ -17,10 +17,11 @@ class RequestIdMiddleware:
     """Accept ``X-Request-Id`` (or make one), keep it in ``scope["state"]`` for the Triton request
     id and logs, and echo it on the response. Pure ASGI: no per-request task or body buffering.
 
-    It also leaves the ``send`` it was given in ``scope["state"]["body_send"]``: once a stream's
-    headers are out, the wrappers between here and the route (this one, and Starlette's exception
-    handlers, which only watch for the response start) pass body messages through untouched, so
-    ``sse.SSEResponse`` writes its frames there directly, three calls fewer per token."""
+    Unless the app left the server's own ``send`` in ``scope["state"]["body_send"]`` (``app.GatewayApp``
+    does), it leaves the ``send`` it was given there: once a stream's headers are out, the wrappers
+    between there and the route (this one, and Starlette's exception handlers, which only watch
+    for the response start) pass body messages through untouched, so ``sse.SSEResponse`` writes
+    its frames there directly, three calls fewer per token."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -37,7 +38,7 @@ class RequestIdMiddleware:
         request_id = incoming if _REQUEST_ID_OK.match(incoming) else uuid.uuid4().hex
         state = scope.setdefault("state", {})
         state["request_id"] = request_id
-        state[BODY_SEND] = send
+        state.setdefault(BODY_SEND, send)
         request_id_var.set(request_id)
         header = (b"x-request-id", request_id.encode("latin-1"))
 
