@@ -109,8 +109,8 @@ class ChoiceAssembler:
             return ""
         ending = finish_reason is not None
         # Bytes that end in ASCII and follow a whole character decode alone exactly as the
-        # incremental decoder would decode them (a third of its cost); a split or invalid
-        # character goes to the decoder.
+        # incremental decoder would decode them (this check and ``bytes.decode``: half its cost);
+        # a split or invalid character goes to the decoder.
         if not self._partial and data[-1:] < b"\x80":
             try:
                 text = data.decode()
