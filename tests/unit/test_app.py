@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from pathlib import Path
 
 import httpx
@@ -69,49 +68,6 @@ async def test_stream_frames_role_content_finish_done(tmp_path: Path) -> None:
     assert chunks[-1]["choices"][0] == {"index": 0, "delta": {}, "logprobs": None, "finish_reason": "length"}
     assert all(c["choices"][0]["finish_reason"] is None for c in chunks[:-1])
     assert backend.requests[0].sampling["max_tokens"] == 2
-
-
-async def test_stream_bodies_go_to_the_servers_send_itself(tmp_path: Path) -> None:
-    """Once the headers are out, the frames skip every wrapper of ``send`` (Starlette's 500
-    handler's included): the server's ``send`` is called by the SSE response itself. The headers
-    still pass every middleware (the request id is added on the way)."""
-    backend = ScriptedBackend(text_chunks(b"he", b"llo", reason="length"))
-    app = create_app(Settings(model_repository=[make_repo(tmp_path)], first_response_wait=1.0), backend=backend)
-    body = json.dumps(chat(stream=True, max_tokens=2)).encode()
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/v1/chat/completions",
-        "raw_path": b"/v1/chat/completions",
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-        "client": ("127.0.0.1", 1),
-        "server": ("127.0.0.1", 2),
-        "state": {},
-    }
-    received = [{"type": "http.request", "body": body, "more_body": False}]
-    sent: list[tuple[str, dict[str, object]]] = []
-
-    async def receive() -> dict[str, object]:
-        if received:
-            return received.pop(0)
-        await asyncio.sleep(10)
-        return {"type": "http.disconnect"}
-
-    async def send(message: dict[str, object]) -> None:
-        sent.append((sys._getframe(1).f_code.co_qualname, message))
-
-    async with app.router.lifespan_context(app):
-        await app(scope, receive, send)  # type: ignore[arg-type]
-    start = [message for _, message in sent if message["type"] == "http.response.start"]
-    assert len(start) == 1 and any(name == b"x-request-id" for name, _ in start[0]["headers"])  # type: ignore[attr-defined]
-    bodies = [(caller, message) for caller, message in sent if message["type"] == "http.response.body"]
-    assert b"".join(message["body"] for _, message in bodies).endswith(b"data: [DONE]\n\n")  # type: ignore[misc]
-    assert {caller for caller, _ in bodies} == {"SSEResponse.__call__"}
 
 
 async def test_include_usage_adds_one_last_chunk_and_nulls_elsewhere(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -98,10 +99,10 @@ def test_json_is_read_as_the_stdlib_reads_it() -> None:
 
 
 async def call(
-    app: Any, path: str, body: dict[str, Any], leave_after: float | None
+    app: Any, path: str, body: dict[str, Any], leave_after: float | None, callers: list[str] | None = None
 ) -> tuple[int, list[dict[str, Any]]]:
     """One ASGI call: the body, then a disconnect after ``leave_after`` seconds (None: never);
-    returns the status sent and every message."""
+    returns the status sent and every message (``callers`` gets, for each, what called ``send``)."""
     raw = json.dumps(body).encode()
     delivered = False
 
@@ -119,6 +120,8 @@ async def call(
 
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
+        if callers is not None:
+            callers.append(sys._getframe(1).f_code.co_qualname)
 
     scope = {
         "type": "http",
@@ -188,3 +191,20 @@ async def test_leaving_the_queue_frees_its_place_and_the_running_request_ends_we
         assert app.state.components.service.admission.gate("m").waiting == 0
         assert (await asyncio.wait_for(running, 2.0))[0] == 200
         assert len(backend.requests) == 1  # the one that left never reached the backend
+
+
+async def test_stream_bodies_go_to_the_servers_send_itself(tmp_path: Path) -> None:
+    """Once the headers are out, the frames skip every wrapper of ``send`` (Starlette's 500
+    handler's included): the server's ``send`` is called by the SSE response itself. The headers
+    still pass every middleware (the request id is added on the way)."""
+    backend = ScriptedBackend(text_chunks(b"he", b"llo", reason="length"))
+    app = create_app(Settings(model_repository=[make_repo(tmp_path)]), backend=backend)
+    callers: list[str] = []
+    async with app.router.lifespan_context(app):
+        status, sent = await asyncio.wait_for(
+            call(app, "/v1/chat/completions", chat_body(stream=True, max_tokens=2), None, callers), 5.0
+        )
+    assert status == 200 and any(name == b"x-request-id" for name, _ in sent[0]["headers"])
+    bodies = [(caller, m) for caller, m in zip(callers, sent, strict=True) if m["type"] == "http.response.body"]
+    assert b"".join(m["body"] for _, m in bodies).endswith(b"data: [DONE]\n\n")
+    assert {caller for caller, _ in bodies} == {"SSEResponse.__call__"}
