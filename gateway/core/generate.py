@@ -41,7 +41,6 @@ class Generation:
         "_opening",
         "_done",
         "_final",
-        "_several",
         "_closed",
     )
 
@@ -78,7 +77,6 @@ class Generation:
         self._final = False
         """Whether the backend ended by itself (a final chunk, or the end of its stream) rather
         than the gateway ending it (every choice hit a stop string)."""
-        self._several = len(plan.requests) > 1
         self._closed = False
 
     @property
@@ -152,6 +150,7 @@ class Generation:
             self._ticket.release()
             run = self.assembler
             if run.done:
-                self._outcome.succeed(run.usage, stopped_early=not (self._final or self._several))
+                several = self._source is None  # n > 1 or several prompts: read through ``merge``
+                self._outcome.succeed(run.usage, stopped_early=not (self._final or several))
             else:
                 self._outcome.abandon(run.usage)
