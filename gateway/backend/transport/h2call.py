@@ -17,6 +17,7 @@ message larger than the window could never complete.
 
 from __future__ import annotations
 
+import struct
 import urllib.parse
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
@@ -38,6 +39,9 @@ if TYPE_CHECKING:
     from gateway.backend.transport.h2 import GrpcConnection
 
 T = TypeVar("T")
+
+_PREFIX = struct.Struct(">BI").unpack_from
+"""A message's 5-byte prefix: (compressed flag, length)."""
 
 HTTP_TO_GRPC_STATUS = {
     b"400": INTERNAL,
@@ -103,11 +107,11 @@ class StreamCall(BatchedCall[T]):
             if type(data) is memoryview:
                 data = data.tobytes()
             while size - end >= 5:
-                length_field = int.from_bytes(data[end + 1 : end + 5], "big")
+                compressed, length_field = _PREFIX(data, end)
                 start = end + 5
                 if size < start + length_field:
                     break
-                if data[end]:
+                if compressed:
                     raise CallError(INTERNAL, "compressed gRPC message, but no compression was negotiated")
                 if length_field > self._max:
                     raise self._too_large(length_field)

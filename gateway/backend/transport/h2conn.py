@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import struct
 import time
 from collections import deque
 from collections.abc import Callable
@@ -112,6 +113,9 @@ _LARGE_FRAME = 4096
 """A DATA frame at least this large is handed to its call as a view (a token's frame is ~200 B)."""
 
 _KEEPALIVE_PAYLOAD = b"gwalive!"
+_FRAME_HEAD = struct.Struct(">IBI").unpack_from
+"""A frame's 9-byte header as (length << 8 | type, flags, stream id with its reserved bit): one
+call, a third of the cost of slicing and ``int.from_bytes`` per field on the per-token path."""
 
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
@@ -223,16 +227,16 @@ class GrpcConnection(asyncio.Protocol):
         calls = self._calls
         try:
             while size - pos >= 9:
-                length = int.from_bytes(data[pos : pos + 3], "big")
+                length_kind, flags, sid = _FRAME_HEAD(data, pos)
+                length = length_kind >> 8
                 if length > DEFAULT_MAX_FRAME:
                     raise ProtocolViolation(FRAME_SIZE_ERROR, f"a frame of {length} bytes (the limit is 16384)")
                 end = pos + 9 + length
                 if end > size:
                     break
-                if data[pos + 3] == DATA and self._headers_in is None:
+                if length_kind & 0xFF == DATA and self._headers_in is None:
                     self._unacked += length
-                    flags = data[pos + 4]
-                    sid = int.from_bytes(data[pos + 5 : pos + 9], "big") & 0x7FFFFFFF
+                    sid &= 0x7FFFFFFF
                     call = calls.get(sid)
                     if call is not None:
                         start = pos + 9
