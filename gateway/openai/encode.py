@@ -59,6 +59,13 @@ class ChunkEncoder:
         self._head = prefix + orjson.dumps(head)[:-1] + b',"system_fingerprint":null,"choices":['
         self.continuous_usage = continuous_usage
         self._usage_tail = include_usage or continuous_usage
+        self._end = (b'],"usage":null}' if self._usage_tail else b"]}") + self._suffix
+        """How a chunk without its own usage ends."""
+        self._text_openings: dict[int, bytes] = {}
+        """Per choice, the bytes of a content chunk before its text (see ``events``)."""
+        self._text_closing = (
+            b'},"logprobs":null,"finish_reason":null}' if chat else b',"logprobs":null,"finish_reason":null}'
+        ) + self._end
 
     def _chunk(self, choices: bytes, usage: Usage | None) -> bytes:
         if self._usage_tail:
@@ -86,21 +93,34 @@ class ChunkEncoder:
         """Chunks for one batch of events: content first, then a separate finish chunk (as OpenAI
         does: the last chunk of a choice has an empty delta and the finish reason)."""
         out = []
-        for event in events:
-            if event.text or event.logprobs is not None:
+        plain = usage is None or not self.continuous_usage
+        for index, text, finish_reason, logprobs, tool_calls in events:
+            if logprobs is None and plain:
+                # The per-token chunk (text alone, no usage of its own): three pieces, two of
+                # them made once per choice.
+                if text:
+                    opening = self._text_openings.get(index)
+                    if opening is None:
+                        opening = self._text_openings[index] = self._text_opening(index)
+                    out.append(opening + orjson.dumps(text) + self._text_closing)
+            elif text or logprobs is not None:
                 if self._chat:
-                    delta = b'{"content":' + orjson.dumps(event.text) + b"}"
+                    delta = b'{"content":' + orjson.dumps(text) + b"}"
                 else:
-                    delta = orjson.dumps(event.text)
-                out.append(self._chunk(self._choice(event.index, delta, None, event.logprobs), usage))
-            if event.tool_calls is not None:
-                for call in event.tool_calls:
-                    out.append(self._chunk(self._choice(event.index, _call_opening(call), None, None), usage))
-                    out.append(self._chunk(self._choice(event.index, _call_arguments(call), None, None), usage))
-            if event.finish_reason is not None:
+                    delta = orjson.dumps(text)
+                out.append(self._chunk(self._choice(index, delta, None, logprobs), usage))
+            if tool_calls is not None:
+                for call in tool_calls:
+                    out.append(self._chunk(self._choice(index, _call_opening(call), None, None), usage))
+                    out.append(self._chunk(self._choice(index, _call_arguments(call), None, None), usage))
+            if finish_reason is not None:
                 delta = b"{}" if self._chat else b'""'
-                out.append(self._chunk(self._choice(event.index, delta, event.finish_reason, None), usage))
+                out.append(self._chunk(self._choice(index, delta, finish_reason, None), usage))
         return b"".join(out)
+
+    def _text_opening(self, index: int) -> bytes:
+        field = b',"delta":{"content":' if self._chat else b',"text":'
+        return self._head + b'{"index":' + str(index).encode() + field
 
     def usage_chunk(self, usage: Usage) -> bytes:
         """The extra last chunk of ``include_usage``: no choices, the totals."""
