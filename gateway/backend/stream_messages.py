@@ -115,10 +115,13 @@ class StreamReader:
         try:
             if message[0] != _ENVELOPE:
                 return None
-            pos = 2
-            length = message[1]
-            if length >= 0x80:
-                length, pos = _varint(message, 1)
+            length, pos = message[1], 2
+            if length >= 0x80:  # a token's message is 128 B to 16 KiB: two bytes of length
+                second = message[2]
+                if second < 0x80:
+                    length, pos = (length & 0x7F) | second << 7, 3
+                else:
+                    length, pos = _varint(message, 1)
             end = len(message)
             if pos + length != end or not message.startswith(head, pos):
                 return None
