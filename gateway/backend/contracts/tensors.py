@@ -10,6 +10,7 @@ from typing import Any
 from gateway.backend.types import GenerationChunk
 
 _UINT32 = struct.Struct("<I")
+_unpack_uint32 = _UINT32.unpack_from
 
 Outputs = tuple[tuple[str, str], ...]
 """A response's output descriptors, in the order of its raw contents: (name, datatype)."""
@@ -37,16 +38,16 @@ def pack_bytes(value: bytes) -> bytes:
     return _UINT32.pack(len(value)) + value
 
 
-def split_bytes(raw: bytes) -> list[bytes]:
+def split_bytes(raw: bytes) -> tuple[bytes, ...]:
     """The elements of a raw BYTES tensor."""
     end = len(raw)
-    if end >= 4 and int.from_bytes(raw[:4], "little") == end - 4:
-        return [raw[4:]]  # the common case: one sequence
+    if end >= 4 and _unpack_uint32(raw)[0] == end - 4:
+        return (raw[4:],)  # the common case (per token): one sequence
     out: list[bytes] = []
     offset = 0
     while offset < end:
-        (length,) = _UINT32.unpack_from(raw, offset)
+        (length,) = _unpack_uint32(raw, offset)
         offset += 4
         out.append(raw[offset : offset + length])
         offset += length
-    return out
+    return tuple(out)

@@ -77,7 +77,7 @@ def build_trtllm_request(request: GenerationRequest, inputs: frozenset[str]) -> 
 
 def parse_trtllm_outputs(outputs: Outputs, raws: Sequence[bytes], final: bool) -> GenerationChunk:
     """``text_output`` ([1, 1] or [1]) as one sequence; one token per non-empty response."""
-    texts: list[bytes] = []
+    texts: tuple[bytes, ...] = ()
     for (name, _datatype), raw in zip(outputs, raws, strict=False):
         if name == "text_output":
             texts = split_bytes(raw)

@@ -96,7 +96,7 @@ def parse_vllm_outputs(outputs: Outputs, raws: Sequence[bytes], final: bool) -> 
     logprobs: tuple[Any, ...] | None = None
     for (name, datatype), raw in zip(outputs, raws, strict=False):
         if name == TEXT_OUTPUT:
-            text = tuple(split_bytes(raw))
+            text = split_bytes(raw)
         elif name == FINISH_REASON:
             finish = (None,) if raw == _UNFINISHED else tuple(map(_finish_reason, split_bytes(raw)))
         elif name == NUM_INPUT_TOKENS:
@@ -134,7 +134,7 @@ def vllm_outputs_plan(outputs: Outputs) -> ReadRaws | None:
         counted_in, counted_out = raws[in_at], raws[out_at]
         if len(counted_in) != in_size or len(counted_out) != out_size:
             return parse_vllm_outputs(outputs, raws, final)
-        text = tuple(split_bytes(raws[text_at]))
+        text = split_bytes(raws[text_at])
         raw = raws[finish_at]
         finish = (None,) if raw == _UNFINISHED else tuple(map(_finish_reason, split_bytes(raw)))
         return GenerationChunk(
