@@ -25,7 +25,7 @@ import struct
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import h2.config
 import h2.connection
@@ -119,15 +119,18 @@ class _Backend(TritonBackend):
         return [BackendModel(name="firehose")]
 
 
-async def run(requests: int, tokens: int) -> tuple[float, float]:
-    transport = _Transport()
-    connection = GrpcConnection("bench:1", "http", None)
-    connection.connection_made(transport)  # type: ignore[arg-type]
-    server = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding=None))
-    server.initiate_connection()
+class Service(NamedTuple):
+    """What a request is prepared and served with, over one in-memory connection."""
+
+    settings: Settings
+    catalog: ModelCatalog
+    service: CompletionService
+
+
+async def service_over(connection: GrpcConnection) -> Service:
+    """As the app runs it: the Triton client inside a replica pool (here of one), whose router
+    and generator layer every request and batch pass through."""
     settings = Settings(log_requests=False)
-    # As the app runs it: the Triton client inside a replica pool (here of one), whose router and
-    # generator layer every request and batch pass through.
     replica = _Backend(connection)
     router = Router(Policy(settings.routing_policy), settings.routing_prefix_chars, settings.routing_load_factor)
     backend = ReplicaPool(parse_endpoints("bench:1"), lambda address: replica, router)
@@ -135,28 +138,72 @@ async def run(requests: int, tokens: int) -> tuple[float, float]:
     catalog = ModelCatalog(backend, [], 3600)
     await catalog.refresh()
     admission = Admission(lambda model: settings.limits_for(model)[:2], settings.queue_timeout)
-    service = CompletionService(backend, admission, Metrics(admission, catalog.adapter_count))
-    body = CompletionRequest(
+    return Service(settings, catalog, CompletionService(backend, admission, Metrics(admission, catalog.adapter_count)))
+
+
+def stream_request(tokens: int) -> CompletionRequest:
+    """A streamed completion of ``tokens`` tokens with usage."""
+    return CompletionRequest(
         model="firehose",
         prompt="benchmark prompt",
         max_tokens=tokens,
         stream=True,
         stream_options={"include_usage": True},
     )
-    frames_per_token = [_response(b"tok ", False, b"None") for _ in range(tokens - 1)]
-    frames_per_token.append(_response(b"tok ", True, b"length"))
+
+
+def token_messages(tokens: int) -> list[bytes]:
+    """The gRPC messages of a ``tokens``-token stream, one token each, the last one final."""
+    messages = [_response(b"tok ", False, b"None") for _ in range(tokens - 1)]
+    messages.append(_response(b"tok ", True, b"length"))
+    return messages
+
+
+async def open_stream(setup: Service, body: CompletionRequest, number: int) -> tuple[StreamFrames, Any]:
+    """Prepare, admit and start request ``number``; returns its frames and the pending first
+    step. The call is opened: its HEADERS and DATA are in the connection's transport."""
+    settings, catalog, service = setup
+    plan = await prepare_completion(body, RequestContext(f"r{number}"), catalog, settings)
+    outcome = service.outcome(plan)
+    ticket = service.try_admit(plan, outcome)
+    assert ticket is not None
+    generation = service.generate(plan, ticket, outcome)
+    stream = StreamFrames(plan, generation, asyncio.ensure_future(anext(generation)))
+    first = asyncio.ensure_future(anext(stream))
+    await asyncio.sleep(0)
+    return stream, first
+
+
+async def read_stream(connection: GrpcConnection, stream: StreamFrames, first: Any, pieces: list[bytes]) -> bytes:
+    """Feed the connection one piece per read (the first one brings the first step), taking a
+    step after each, as under light load; returns the SSE bytes."""
+    connection.data_received(pieces[0])
+    out = [await first]
+    for piece in pieces[1:]:
+        connection.data_received(piece)
+        try:
+            out.append(await anext(stream))
+        except StopAsyncIteration:
+            break
+    async for frame in stream:
+        out.append(frame)
+    return b"".join(out)
+
+
+async def run(requests: int, tokens: int) -> tuple[float, float]:
+    transport = _Transport()
+    connection = GrpcConnection("bench:1", "http", None)
+    connection.connection_made(transport)  # type: ignore[arg-type]
+    server = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding=None))
+    server.initiate_connection()
+    service = await service_over(connection)
+    body = stream_request(tokens)
+    frames_per_token = token_messages(tokens)
     elapsed = 0.0
     setup = 0.0
     for number in range(requests):
         mark = time.process_time()
-        plan = await prepare_completion(body, RequestContext(f"r{number}"), catalog, settings)
-        outcome = service.outcome(plan)
-        ticket = service.try_admit(plan, outcome)
-        assert ticket is not None
-        generation = service.generate(plan, ticket, outcome)
-        stream = StreamFrames(plan, generation, asyncio.ensure_future(anext(generation)))
-        first = asyncio.ensure_future(anext(stream))
-        await asyncio.sleep(0)  # the call is opened: its HEADERS and DATA are in transport.out
+        stream, first = await open_stream(service, body, number)
         setup += time.process_time() - mark
         server_events = server.receive_data(b"".join(transport.out))
         transport.out.clear()
@@ -169,18 +216,8 @@ async def run(requests: int, tokens: int) -> tuple[float, float]:
         server.send_headers(sid, [(b"grpc-status", b"0")], end_stream=True)
         wire[-1] += server.data_to_send()
         started = time.process_time()
-        connection.data_received(wire[0] + wire[1])
-        out = [await first]
-        for piece in wire[2:]:
-            connection.data_received(piece)  # one token per read, as under light load
-            try:
-                out.append(await anext(stream))
-            except StopAsyncIteration:
-                break
-        async for frame in stream:
-            out.append(frame)
+        text = await read_stream(connection, stream, first, [wire[0] + wire[1], *wire[2:]])
         elapsed += time.process_time() - started
-        text = b"".join(out)
         assert text.count(b"tok ") == tokens and text.endswith(b"data: [DONE]\n\n"), text[-200:]
         server.receive_data(b"".join(transport.out))  # window updates, resets: keep the server in step
         transport.out.clear()

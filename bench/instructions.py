@@ -37,72 +37,29 @@ END_HEADERS = 0x4
 async def _stream(requests: int, tokens: int) -> None:
     """``requests`` streams of ``tokens`` tokens through the per-token path (the child's work)."""
     import hpack
-    from hotpath import _Backend, _response, _Transport
+    from hotpath import _Transport, open_stream, read_stream, service_over, stream_request, token_messages
 
-    from gateway.backend.replicas.endpoints import parse_endpoints
-    from gateway.backend.replicas.pool import ReplicaPool
-    from gateway.backend.replicas.router import Policy, Router
     from gateway.backend.transport.h2 import GrpcConnection
     from gateway.backend.transport.h2conn import DATA, END_STREAM, HEADERS, SETTINGS, frame
-    from gateway.config import Settings
-    from gateway.core.admission import Admission
-    from gateway.core.service import CompletionService
-    from gateway.http.streaming import StreamFrames
-    from gateway.metrics import Metrics
-    from gateway.models.catalog import ModelCatalog
-    from gateway.openai.schemas import CompletionRequest
-    from gateway.plan.prepare import RequestContext, prepare_completion
 
     transport = _Transport()
     connection = GrpcConnection("bench:1", "http", None)
     connection.connection_made(transport)  # type: ignore[arg-type]
     connection.data_received(frame(SETTINGS, 0, 0))
-    settings = Settings(log_requests=False)
-    replica = _Backend(connection)
-    router = Router(Policy(settings.routing_policy), settings.routing_prefix_chars, settings.routing_load_factor)
-    backend = ReplicaPool(parse_endpoints("bench:1"), lambda address: replica, router)
-    await backend._discover()
-    catalog = ModelCatalog(backend, [], 3600)
-    await catalog.refresh()
-    admission = Admission(lambda model: settings.limits_for(model)[:2], settings.queue_timeout)
-    service = CompletionService(backend, admission, Metrics(admission, catalog.adapter_count))
-    body = CompletionRequest(
-        model="firehose",
-        prompt="benchmark prompt",
-        max_tokens=tokens,
-        stream=True,
-        stream_options={"include_usage": True},
-    )
-    messages = [_response(b"tok ", False, b"None") for _ in range(tokens - 1)]
-    messages.append(_response(b"tok ", True, b"length"))
+    service = await service_over(connection)
+    body = stream_request(tokens)
+    messages = token_messages(tokens)
     # Literal header fields only (no reference to a dynamic table): the same block is valid in
     # every response.
     response_headers = hpack.Encoder().encode([(b":status", b"200"), (b"content-type", b"application/grpc")])
     trailers = hpack.Encoder().encode([(b"grpc-status", b"0")])
     for number in range(requests):
-        plan = await prepare_completion(body, RequestContext(f"r{number}"), catalog, settings)
-        outcome = service.outcome(plan)
-        ticket = service.try_admit(plan, outcome)
-        assert ticket is not None
-        generation = service.generate(plan, ticket, outcome)
-        stream = StreamFrames(plan, generation, asyncio.ensure_future(anext(generation)))
-        first = asyncio.ensure_future(anext(stream))
-        await asyncio.sleep(0)  # the call is opened
+        stream, first = await open_stream(service, body, number)
         sid = max(connection._calls)
         wire = [frame(DATA, 0, sid, message) for message in messages]
         wire[0] = frame(HEADERS, END_HEADERS, sid, response_headers) + wire[0]
         wire[-1] += frame(HEADERS, END_HEADERS | END_STREAM, sid, trailers)
-        connection.data_received(wire[0])
-        out = [await first]
-        for piece in wire[1:]:
-            connection.data_received(piece)  # one token per read
-            try:
-                out.append(await anext(stream))
-            except StopAsyncIteration:
-                break
-        async for step in stream:
-            out.append(step)
-        text = b"".join(out)
+        text = await read_stream(connection, stream, first, wire)
         assert text.count(b"tok ") == tokens and text.endswith(b"data: [DONE]\n\n"), text[-200:]
         transport.out.clear()
 
