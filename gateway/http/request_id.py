@@ -7,7 +7,6 @@ import uuid
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.http.sse import BODY_SEND
 from gateway.logs import request_id_var
 
 _REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
@@ -16,12 +15,8 @@ _REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 class RequestIdMiddleware:
     """Accept ``X-Request-Id`` (or make one), keep it in ``scope["state"]`` for the Triton request
     id and logs, and echo it on the response. Pure ASGI: no per-request task or body buffering.
-
-    Unless the app left the server's own ``send`` in ``scope["state"]["body_send"]`` (``app.GatewayApp``
-    does), it leaves the ``send`` it was given there: once a stream's headers are out, the wrappers
-    between there and the route (this one, and Starlette's exception handlers, which only watch
-    for the response start) pass body messages through untouched, so ``sse.SSEResponse`` writes
-    its frames there directly, three calls fewer per token."""
+    It watches the response start only, so a stream's body frames may go around it
+    (``sse.BODY_SEND``, set by ``app.GatewayApp``)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -38,7 +33,6 @@ class RequestIdMiddleware:
         request_id = incoming if _REQUEST_ID_OK.match(incoming) else uuid.uuid4().hex
         state = scope.setdefault("state", {})
         state["request_id"] = request_id
-        state.setdefault(BODY_SEND, send)
         request_id_var.set(request_id)
         header = (b"x-request-id", request_id.encode("latin-1"))
 

@@ -43,8 +43,8 @@ def data_frame(payload: bytes) -> bytes:
 
 
 BODY_SEND = "body_send"
-"""``scope["state"]`` key of the outer ``send`` to write body frames with (see
-``http.request_id.RequestIdMiddleware``); without it, frames go through the response's own ``send``."""
+"""``scope["state"]`` key of the outer ``send`` to write body frames with (the server's own, left
+there by ``app.GatewayApp``); without it, frames go through the response's own ``send``."""
 
 
 class Frames(Protocol):
