@@ -78,19 +78,24 @@ def proc_context_switches(pid: int) -> int | None:
 def proc_thread_switches(pid: int) -> dict[str, int]:
     """Context switches by thread: ``main`` (the event loop's, whose id is the process's) and the
     others by their kernel name (gRPC's threads name themselves; Python 3.11's do not), summed per
-    name. Tells a relay that wakes per token from background threads that wake on their own."""
+    name. Tells a relay that wakes per token from background threads that wake on their own.
+    Voluntary switches (the thread slept, so each is a wake-up) count under the name, involuntary
+    ones (the thread was preempted: the cores were busy) under ``<name>, preempted``."""
     out: dict[str, int] = {}
     try:
         for task in os.listdir(f"/proc/{pid}/task"):
-            count = 0
+            name, voluntary, preempted = "?", 0, 0
             with open(f"/proc/{pid}/task/{task}/status", "rb") as handle:
                 for line in handle:
                     if line.startswith(b"Name:"):
                         name = line.split(maxsplit=1)[1].strip().decode(errors="replace")
                         name = "main" if int(task) == pid else name
-                    elif b"ctxt_switches:" in line:
-                        count += int(line.split()[1])
-            out[name] = out.get(name, 0) + count
+                    elif line.startswith(b"voluntary_ctxt_switches:"):
+                        voluntary = int(line.split()[1])
+                    elif line.startswith(b"nonvoluntary_ctxt_switches:"):
+                        preempted = int(line.split()[1])
+            out[name] = out.get(name, 0) + voluntary
+            out[f"{name}, preempted"] = out.get(f"{name}, preempted", 0) + preempted
     except (OSError, ValueError):
         return {}
     return out
