@@ -124,10 +124,8 @@ class SSEResponse(Response):
                 idle = 0.0
             timer = loop.call_later(self.ping_interval - idle, ping_if_idle)
 
-        timer = loop.call_later(self.ping_interval, ping_if_idle)
-        try:
-            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-            send = scope.get("state", {}).get(BODY_SEND, send)
+        async def write_body(send: Send) -> None:
+            nonlocal last_write
             coalesce = self.coalesce_interval
             asked = last_write
             frames = self.frames
@@ -143,6 +141,17 @@ class SSEResponse(Response):
                 else:
                     asked = now
             await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+        timer = loop.call_later(self.ping_interval, ping_if_idle)
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+            # The body is written by a task of its own. The request's task waits in every
+            # middleware's ``await``, a dozen coroutines deep, and a task resumes each coroutine of
+            # its chain each time it wakes: here that happens once per frame, with only this
+            # loop's few coroutines to resume. A cancellation of the request's task (the watch's,
+            # the server's) cancels the task it waits for, so the writing stops first and the
+            # ``finally`` below runs after it.
+            await loop.create_task(write_body(scope.get("state", {}).get(BODY_SEND, send)))
         except asyncio.CancelledError:
             if not watch.taken_back():  # else our own cancel: the client left, the stream is over
                 raise

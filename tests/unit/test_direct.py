@@ -121,7 +121,9 @@ async def call(
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
         if callers is not None:
-            callers.append(sys._getframe(1).f_code.co_qualname)
+            task = asyncio.current_task()
+            assert task is not None
+            callers.append(f"{sys._getframe(1).f_code.co_qualname} in {task.get_coro().__qualname__}")
 
     scope = {
         "type": "http",
@@ -195,8 +197,9 @@ async def test_leaving_the_queue_frees_its_place_and_the_running_request_ends_we
 
 async def test_stream_bodies_go_to_the_servers_send_itself(tmp_path: Path) -> None:
     """Once the headers are out, the frames skip every wrapper of ``send`` (Starlette's 500
-    handler's included): the server's ``send`` is called by the SSE response itself. The headers
-    still pass every middleware (the request id is added on the way)."""
+    handler's included): the server's ``send`` is called by the SSE response itself, from the
+    body's own task (whose coroutine chain is not the middlewares'). The headers still pass every
+    middleware (the request id is added on the way), from the request's task."""
     backend = ScriptedBackend(text_chunks(b"he", b"llo", reason="length"))
     app = create_app(Settings(model_repository=[make_repo(tmp_path)]), backend=backend)
     callers: list[str] = []
@@ -207,4 +210,6 @@ async def test_stream_bodies_go_to_the_servers_send_itself(tmp_path: Path) -> No
     assert status == 200 and any(name == b"x-request-id" for name, _ in sent[0]["headers"])
     bodies = [(caller, m) for caller, m in zip(callers, sent, strict=True) if m["type"] == "http.response.body"]
     assert b"".join(m["body"] for _, m in bodies).endswith(b"data: [DONE]\n\n")
-    assert {caller for caller, _ in bodies} == {"SSEResponse.__call__"}
+    writer = "SSEResponse.__call__.<locals>.write_body"
+    assert {caller for caller, _ in bodies} == {f"{writer} in {writer}"}
+    assert sent[0]["type"] == "http.response.start" and not callers[0].endswith(f" in {writer}")
