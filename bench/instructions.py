@@ -27,20 +27,55 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 END_HEADERS = 0x4
 
 
-async def _stream(requests: int, tokens: int) -> None:
-    """``requests`` streams of ``tokens`` tokens through the per-token path (the child's work)."""
+def _wire(sid: int, messages: list[bytes], response_headers: bytes, trailers: bytes) -> list[bytes]:
+    """One request's response as the server's bytes: one DATA frame per token, the headers with
+    the first and the trailers with the last."""
+    from gateway.backend.transport.h2conn import DATA, END_STREAM, HEADERS, frame
+
+    wire = [frame(DATA, 0, sid, message) for message in messages]
+    wire[0] = frame(HEADERS, END_HEADERS, sid, response_headers) + wire[0]
+    wire[-1] += frame(HEADERS, END_HEADERS | END_STREAM, sid, trailers)
+    return wire
+
+
+async def _feed(pieces: list[bytes], received: Callable[[bytes], None]) -> None:
+    """Hand ``pieces`` to ``received`` one loop callback each, as the loop's read callback would:
+    the task a piece wakes takes its step before the next callback runs."""
+    loop = asyncio.get_running_loop()
+    remaining = iter(pieces)
+    fed = loop.create_future()
+
+    def feed() -> None:
+        piece = next(remaining, None)
+        if piece is None:
+            fed.set_result(None)
+            return
+        received(piece)
+        loop.call_soon(feed)
+
+    loop.call_soon(feed)
+    await fed
+
+
+async def _stream(requests: int, tokens: int, streams: int) -> None:
+    """``requests`` rounds of ``streams`` streams of ``tokens`` tokens through the per-token path
+    (the child's work). One stream at a time reads as ``hotpath.py`` does; several are opened
+    together and fed a token each in turn, each consumed by a task of its own that runs once per
+    token, as the event loop runs the gateway's streams when each token is its own wake-up."""
     import hpack
     from hotpath import _Transport, open_stream, read_stream, service_over, stream_request, token_messages
 
     from gateway.backend.transport.h2 import GrpcConnection
-    from gateway.backend.transport.h2conn import DATA, END_STREAM, HEADERS, SETTINGS, frame
+    from gateway.backend.transport.h2conn import SETTINGS, frame
 
     transport = _Transport()
     connection = GrpcConnection("bench:1", "http", None)
@@ -53,74 +88,123 @@ async def _stream(requests: int, tokens: int) -> None:
     # every response.
     response_headers = hpack.Encoder().encode([(b":status", b"200"), (b"content-type", b"application/grpc")])
     trailers = hpack.Encoder().encode([(b"grpc-status", b"0")])
+
+    async def consume(stream: Any, first: Any) -> bytes:
+        out = [await first]
+        async for frame_bytes in stream:
+            out.append(frame_bytes)
+        return b"".join(out)
+
     for number in range(requests):
-        stream, first = await open_stream(service, body, number)
-        sid = max(connection._calls)
-        wire = [frame(DATA, 0, sid, message) for message in messages]
-        wire[0] = frame(HEADERS, END_HEADERS, sid, response_headers) + wire[0]
-        wire[-1] += frame(HEADERS, END_HEADERS | END_STREAM, sid, trailers)
-        text = await read_stream(connection, stream, first, wire)
-        assert text.count(b"tok ") == tokens and text.endswith(b"data: [DONE]\n\n"), text[-200:]
+        if streams == 1:
+            stream, first = await open_stream(service, body, number)
+            wire = _wire(max(connection._calls), messages, response_headers, trailers)
+            texts = [await read_stream(connection, stream, first, wire)]
+        else:
+            opened = []
+            for index in range(streams):
+                stream, first = await open_stream(service, body, number * streams + index)
+                opened.append((max(connection._calls), stream, first))
+            wires = [_wire(sid, messages, response_headers, trailers) for sid, _, _ in opened]
+            readers = [asyncio.ensure_future(consume(stream, first)) for _, stream, first in opened]
+            await _feed([wire[token] for token in range(tokens) for wire in wires], connection.data_received)
+            texts = list(await asyncio.gather(*readers))
+        for text in texts:
+            assert text.count(b"tok ") == tokens and text.endswith(b"data: [DONE]\n\n"), text[-200:]
         transport.out.clear()
 
 
-def _count(tree: Path, requests: int, tokens: int) -> int:
-    """Instructions of a child process that streams ``requests`` × ``tokens`` with ``tree``'s gateway."""
+EVENTS = ("Ir", "D1mr", "D1mw", "DLmr", "DLmw")
+"""What is counted: instructions, and with ``--cache`` the simulated first-level and last-level
+data cache misses (reads, writes)."""
+
+
+def _count(tree: Path, requests: int, tokens: int, streams: int, cache: bool) -> dict[str, int]:
+    """Counts of a child process that streams ``requests`` × ``streams`` × ``tokens`` with
+    ``tree``'s gateway: instructions, and simulated data cache misses with ``cache``."""
     with tempfile.TemporaryDirectory() as scratch:
         result = subprocess.run(
             [
                 "valgrind",
                 "--tool=callgrind",
                 f"--callgrind-out-file={scratch}/out",
+                *(["--cache-sim=yes"] if cache else []),
                 sys.executable,
                 __file__,
                 "--child",
                 str(tree),
                 str(requests),
                 str(tokens),
+                str(streams),
             ],
             capture_output=True,
             text=True,
             env={**os.environ, "PYTHONHASHSEED": "0"},
             check=True,
         )
-    found = re.search(r"Collected : (\d+)", result.stderr)
-    if found is None:
-        raise RuntimeError(f"no instruction count in valgrind's output:\n{result.stderr[-2000:]}")
-    return int(found[1])
+        header = Path(scratch, "out").read_text(errors="replace").split("\n", 40)
+    events = next((line.split()[1:] for line in header if line.startswith("events:")), None)
+    found = re.search(r"Collected : ([\d ]+)", result.stderr)
+    if found is None or events is None:
+        raise RuntimeError(f"no counts in valgrind's output:\n{result.stderr[-2000:]}")
+    counts = dict(zip(events, (int(x) for x in found[1].split()), strict=False))
+    return {event: counts[event] for event in EVENTS if event in counts}
 
 
-def per_token(trees: list[Path], requests: int, tokens: int, jobs: int) -> dict[Path, float]:
-    """Each tree's instructions per token; the valgrind runs go ``jobs`` at a time."""
+def per_token(
+    trees: list[Path], requests: int, tokens: int, jobs: int, streams: int = 1, cache: bool = False
+) -> dict[Path, dict[str, float]]:
+    """Each tree's counts per token (see ``EVENTS``); the valgrind runs go ``jobs`` at a time."""
     runs = [(tree, count) for tree in trees for count in (1, 1 + requests)]
     with ThreadPoolExecutor(jobs) as pool:
-        totals = dict(zip(runs, pool.map(lambda run: _count(run[0], run[1], tokens), runs), strict=True))
-    return {tree: (totals[tree, 1 + requests] - totals[tree, 1]) / (requests * tokens) for tree in trees}
+        totals = dict(
+            zip(runs, pool.map(lambda run: _count(run[0], run[1], tokens, streams, cache), runs), strict=True)
+        )
+    extra = requests * streams * tokens
+    return {
+        tree: {event: (totals[tree, 1 + requests][event] - totals[tree, 1][event]) / extra for event in totals[tree, 1]}
+        for tree in trees
+    }
 
 
 def main() -> None:
-    if len(sys.argv) == 5 and sys.argv[1] == "--child":
-        tree, requests, tokens = Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    if len(sys.argv) == 6 and sys.argv[1] == "--child":
+        tree, requests, tokens, streams = Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
         # The tree's gateway package first: this tree's ``hotpath`` then finds it imported.
         sys.path.insert(0, str(tree))
         import gateway
 
         assert Path(gateway.__file__).resolve().is_relative_to(tree.resolve()), gateway.__file__
         sys.path.insert(1, str(Path(__file__).resolve().parent))
-        asyncio.run(_stream(requests, tokens))
+        try:  # the gateway's loop (uvicorn takes uvloop when it is installed)
+            import uvloop
+
+            uvloop.run(_stream(requests, tokens, streams))
+        except ImportError:
+            asyncio.run(_stream(requests, tokens, streams))
         return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--against", type=Path, help="also count this tree's gateway package")
     parser.add_argument("--tokens", type=int, default=1000)
     parser.add_argument("--requests", type=int, default=5)
+    parser.add_argument("--streams", type=int, default=1, help="streams at once, fed a token each in turn")
+    parser.add_argument("--cache", action="store_true", help="also simulate the data caches (slower)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="valgrind runs at once")
     args = parser.parse_args()
     trees = [ROOT] + ([args.against.resolve()] if args.against else [])
-    counts = per_token(trees, args.requests, args.tokens, args.jobs)
+    counts = per_token(trees, args.requests, args.tokens, args.jobs, args.streams, args.cache)
     for tree, count in counts.items():
-        print(f"{tree}: {count:,.0f} instructions per token")
+        line = f"{tree}: {count['Ir']:,.0f} instructions per token"
+        if args.cache:
+            line += (
+                f"; data cache misses per token: first level {count['D1mr'] + count['D1mw']:,.0f}, "
+                f"last level {count['DLmr'] + count['DLmw']:,.1f}"
+            )
+        print(line)
     if args.against:
-        print(f"this tree / {args.against}: {counts[ROOT] / counts[trees[1]]:.3f}")
+        for event in counts[ROOT]:
+            if counts[trees[1]][event]:
+                print(f"this tree / {args.against}, {event}: {counts[ROOT][event] / counts[trees[1]][event]:.3f}")
 
 
 if __name__ == "__main__":
