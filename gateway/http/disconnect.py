@@ -9,8 +9,10 @@ waiting: in the queue, for the first step, in the generation, or while a frame i
 One watch serves the whole request. ``http.respond`` starts it before the request first waits
 (in the queue, or for the first step, whose task it starts just before). It hands it to the SSE
 response, which keeps it until the stream ends. Before, each phase ran its work in
-a task of its own beside its own watcher: four tasks per streamed request, where there are now
-two (this one and priming's first step; docs/PERFORMANCE.md).
+a task of its own beside its own watcher: four watch-and-wait tasks per streamed request, where
+there are now two (this one and priming's first step; docs/PERFORMANCE.md). The SSE response
+writes the body from a third task, which the request's task waits for: cancelling the request's
+task (this watch's job) cancels that one too.
 """
 
 from __future__ import annotations
