@@ -26,6 +26,8 @@ import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
+from instructions import feed_in_turn
+
 
 class Source:
     """An iterator whose consumer waits on a future until the feeder hands it an item."""
@@ -90,19 +92,7 @@ async def child(kind: str, depth: int, wakes: int) -> None:
         for _ in range(depth):
             iterator = generator_level(iterator)
     task = loop.create_task(frame_level(depth if kind == "frames" else 0, iterator, wakes))
-    remaining = iter(range(wakes))
-    fed = loop.create_future()
-
-    def feed() -> None:
-        item = next(remaining, None)
-        if item is None:
-            fed.set_result(None)
-            return
-        source.push(item)
-        loop.call_soon(feed)
-
-    loop.call_soon(feed)
-    await fed
+    await feed_in_turn(list(range(wakes)), source.push)
     await task
 
 

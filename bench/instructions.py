@@ -30,10 +30,11 @@ import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 ROOT = Path(__file__).resolve().parents[1]
 END_HEADERS = 0x4
+T = TypeVar("T")
 
 
 def _wire(sid: int, messages: list[bytes], response_headers: bytes, trailers: bytes) -> list[bytes]:
@@ -47,9 +48,10 @@ def _wire(sid: int, messages: list[bytes], response_headers: bytes, trailers: by
     return wire
 
 
-async def _feed(pieces: list[bytes], received: Callable[[bytes], None]) -> None:
+async def feed_in_turn(pieces: list[T], received: Callable[[T], None]) -> None:
     """Hand ``pieces`` to ``received`` one loop callback each, as the loop's read callback would:
-    the task a piece wakes takes its step before the next callback runs."""
+    the task a piece wakes takes its step before the next callback runs. (``await_levels.py``
+    feeds its waiting task the same way.)"""
     loop = asyncio.get_running_loop()
     remaining = iter(pieces)
     fed = loop.create_future()
@@ -107,7 +109,7 @@ async def _stream(requests: int, tokens: int, streams: int) -> None:
                 opened.append((max(connection._calls), stream, first))
             wires = [_wire(sid, messages, response_headers, trailers) for sid, _, _ in opened]
             readers = [asyncio.ensure_future(consume(stream, first)) for _, stream, first in opened]
-            await _feed([wire[token] for token in range(tokens) for wire in wires], connection.data_received)
+            await feed_in_turn([wire[token] for token in range(tokens) for wire in wires], connection.data_received)
             texts = list(await asyncio.gather(*readers))
         for text in texts:
             assert text.count(b"tok ") == tokens and text.endswith(b"data: [DONE]\n\n"), text[-200:]
