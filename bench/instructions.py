@@ -12,10 +12,17 @@ the extra tokens leaves out start-up, imports and the first request's warm-up.
 ``--against TREE`` counts another tree's ``gateway`` package with the same harness (a ``git
 archive`` of an earlier commit, say), so two figures compare code, not machines or hours.
 
+One stream at a time never waits: its token is in before it is asked for. ``--streams N`` opens
+N streams and feeds them a token each in turn, one loop callback per token, each stream read by a
+task of its own, so every token is a wake-up of its stream's task, as on shared cores.
+``--cache`` adds callgrind's simulated data cache misses per token (first and last level).
+
     .venv/bin/python bench/instructions.py [--against /tmp/old-tree] [--tokens 1000] [--requests 5]
+    .venv/bin/python bench/instructions.py --streams 64 --requests 1 --tokens 300 --cache
 
 Needs ``valgrind`` (Debian's package). Instructions are not time: a cache miss costs more than an
-add. The µs figures stay in ``hotpath.py`` and ``big_prompts.py``.
+add. The µs figures stay in ``hotpath.py`` and ``big_prompts.py``. The child runs on uvloop when
+it is installed, as the gateway does.
 """
 
 from __future__ import annotations
