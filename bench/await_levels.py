@@ -20,13 +20,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import re
-import subprocess
 import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
-from instructions import feed_in_turn
+from instructions import callgrind, feed_in_turn
 
 
 class Source:
@@ -97,17 +95,7 @@ async def child(kind: str, depth: int, wakes: int) -> None:
 
 
 def count(kind: str, depth: int, wakes: int) -> int:
-    result = subprocess.run(
-        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, __file__, "--child"]
-        + [kind, str(depth), str(wakes)],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    found = re.search(r"Collected : (\d+)", result.stderr)
-    if found is None:
-        raise RuntimeError(f"no instruction count in valgrind's output:\n{result.stderr[-2000:]}")
-    return int(found[1])
+    return callgrind([sys.executable, __file__, "--child", kind, str(depth), str(wakes)])["Ir"]
 
 
 def main() -> None:

@@ -324,7 +324,8 @@ class Bench:
         prompt = prompt_text(args.chat_bytes, seed=WORDS_SEED + 2)
         for concurrency in _ints(args.chat_concurrency):
             for attempt in (1, 2):
-                if self.stop_stack():
+                # A death during this level's first attempt is in ``triton_reruns`` already.
+                if self.stop_stack() and attempt == 1:
                     log("tritonserver had died during the previous level")
                     self.triton_deaths.append(concurrency)
                 self.start_stack()

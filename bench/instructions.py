@@ -128,9 +128,9 @@ EVENTS = ("Ir", "D1mr", "D1mw", "DLmr", "DLmw")
 data cache misses (reads, writes)."""
 
 
-def _count(tree: Path, requests: int, tokens: int, streams: int, cache: bool) -> dict[str, int]:
-    """Counts of a child process that streams ``requests`` × ``streams`` × ``tokens`` with
-    ``tree``'s gateway: instructions, and simulated data cache misses with ``cache``."""
+def callgrind(command: list[str], cache: bool = False) -> dict[str, int]:
+    """Counts of ``command`` run under callgrind (see ``EVENTS``; without ``cache``,
+    instructions only). ``await_levels.py`` counts with it too."""
     with tempfile.TemporaryDirectory() as scratch:
         result = subprocess.run(
             [
@@ -138,26 +138,27 @@ def _count(tree: Path, requests: int, tokens: int, streams: int, cache: bool) ->
                 "--tool=callgrind",
                 f"--callgrind-out-file={scratch}/out",
                 *(["--cache-sim=yes"] if cache else []),
-                sys.executable,
-                __file__,
-                "--child",
-                str(tree),
-                str(requests),
-                str(tokens),
-                str(streams),
+                *command,
             ],
             capture_output=True,
             text=True,
             env={**os.environ, "PYTHONHASHSEED": "0"},
             check=True,
         )
-        header = Path(scratch, "out").read_text(errors="replace").split("\n", 40)
-    events = next((line.split()[1:] for line in header if line.startswith("events:")), None)
+        with open(Path(scratch, "out"), errors="replace") as out:
+            events = next((line.split()[1:] for line in out if line.startswith("events:")), None)
     found = re.search(r"Collected : ([\d ]+)", result.stderr)
     if found is None or events is None:
         raise RuntimeError(f"no counts in valgrind's output:\n{result.stderr[-2000:]}")
     counts = dict(zip(events, (int(x) for x in found[1].split()), strict=False))
     return {event: counts[event] for event in EVENTS if event in counts}
+
+
+def _count(tree: Path, requests: int, tokens: int, streams: int, cache: bool) -> dict[str, int]:
+    """Counts of a child process that streams ``requests`` × ``streams`` × ``tokens`` with
+    ``tree``'s gateway: instructions, and simulated data cache misses with ``cache``."""
+    child = [sys.executable, __file__, "--child", str(tree), str(requests), str(tokens), str(streams)]
+    return callgrind(child, cache)
 
 
 def per_token(
@@ -187,10 +188,10 @@ def main() -> None:
         sys.path.insert(1, str(Path(__file__).resolve().parent))
         try:  # the gateway's loop (uvicorn takes uvloop when it is installed)
             import uvloop
-
-            uvloop.run(_stream(requests, tokens, streams))
         except ImportError:
             asyncio.run(_stream(requests, tokens, streams))
+        else:
+            uvloop.run(_stream(requests, tokens, streams))
         return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--against", type=Path, help="also count this tree's gateway package")

@@ -60,21 +60,6 @@ def proc_cpu_split(pid: int) -> tuple[float, float] | None:
         return None
 
 
-def proc_context_switches(pid: int) -> int | None:
-    """Voluntary and involuntary context switches of all of a process's threads: a relay that
-    sleeps between tokens switches once per token."""
-    total = 0
-    try:
-        for task in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{task}/status", "rb") as handle:
-                for line in handle:
-                    if b"ctxt_switches:" in line:
-                        total += int(line.split()[1])
-    except (OSError, ValueError):
-        return None
-    return total
-
-
 def proc_thread_switches(pid: int) -> dict[str, int]:
     """Context switches by thread: ``main`` (the event loop's, whose id is the process's) and the
     others by their kernel name (gRPC's threads name themselves; Python 3.11's do not), summed per
@@ -581,8 +566,10 @@ class Runner:
                 cpu[name][edge] = tree_cpu_seconds(pid) if name in tree_names else proc_cpu_seconds(pid)
                 if name not in tree_names:
                     kernel[name][edge] = proc_cpu_split(pid)
-                    switches[name][edge] = proc_context_switches(pid)
-                    by_thread[name][edge] = proc_thread_switches(pid)
+                    threads = by_thread[name][edge] = proc_thread_switches(pid)
+                    # All threads, voluntary and preempted: a relay that sleeps between tokens
+                    # switches once per token.
+                    switches[name][edge] = sum(threads.values()) if threads else None
                 rss = proc_rss_bytes(pid)
                 if rss is not None:
                     rss_samples[name].append(rss)
