@@ -1,5 +1,6 @@
-"""What replica routing costs the gateway's CPU: per batch (the pool's generator layer every
-backend batch passes through) and per request (the router's choice), in one process.
+"""What replica routing costs the gateway's CPU: per batch (what the pool adds to every backend
+batch after the first: one call that hands out the replica's stream's own step) and per request
+(the router's choice), in one process.
 
 Per batch: a backend that yields ready batches is drained directly and through a ``ReplicaPool``
 of one; the difference is what every token batch pays for the pool. Per request: the router's
@@ -12,9 +13,9 @@ of one; the difference is what every token batch pays for the pool. Per request:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,10 +48,29 @@ class _ReadyBatches:
     def abort_all(self, error: Exception) -> int:
         return 0
 
-    async def generate(self, request: GenerationRequest) -> AsyncIterator[list[GenerationChunk]]:
-        batch = [GenerationChunk((b"tok ",), (None,))]
-        for _ in range(BATCHES):
-            yield batch
+    def generate(self, request: GenerationRequest) -> _Batches:
+        return _Batches()
+
+
+class _Batches:
+    """``BATCHES`` ready batches, as a ``GenerationStream``."""
+
+    def __init__(self) -> None:
+        self.error: BaseException | None = None
+        self._left = BATCHES
+        self._batch = [GenerationChunk((b"tok ",), (None,))]
+
+    def __aiter__(self) -> _Batches:
+        return self
+
+    async def __anext__(self) -> list[GenerationChunk]:
+        if not self._left:
+            raise StopAsyncIteration
+        self._left -= 1
+        return self._batch
+
+    async def aclose(self) -> None:
+        pass
 
 
 async def per_batch() -> tuple[float, float]:
@@ -62,8 +82,9 @@ async def per_batch() -> tuple[float, float]:
     for _ in range(5):
         for label, source in (("direct", backend.generate), ("pool", pool.generate)):
             started = time.perf_counter()
-            async for _batch in source(request):
-                pass
+            async with contextlib.aclosing(source(request)) as stream:
+                async for _batch in stream:
+                    pass
             best[label] = min(best[label], (time.perf_counter() - started) / BATCHES * 1e6)
     return best["direct"], best["pool"]
 

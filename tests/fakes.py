@@ -1,10 +1,14 @@
 """An in-memory backend for unit tests of the HTTP edge: replays scripted chunks, records what it
-was asked and whether the generation was closed early (what cancels a real Triton call)."""
+was asked and whether the generation was closed early (what cancels a real Triton call).
+
+A subclass changes what a generation yields by overriding ``stream`` (an async generator);
+``generate`` hands it out as a ``GenerationStream``, which keeps the error it raised, as the
+gateway's own streams do (the replica pool reads it)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 
 from gateway.backend.types import BackendModel, GenerationChunk, GenerationRequest
@@ -37,7 +41,10 @@ class ScriptedBackend:
     def abort_all(self, error: Exception) -> int:
         return 0
 
-    async def generate(self, request: GenerationRequest) -> AsyncIterator[list[GenerationChunk]]:
+    def generate(self, request: GenerationRequest) -> FakeStream:
+        return FakeStream(self.stream(request))
+
+    async def stream(self, request: GenerationRequest) -> AsyncGenerator[list[GenerationChunk], None]:
         self.requests.append(request)
         completed = False
         try:
@@ -53,6 +60,29 @@ class ScriptedBackend:
                 self.finished += 1
             else:
                 self.closed_early += 1
+
+
+class FakeStream:
+    """An async generator as a ``GenerationStream``."""
+
+    def __init__(self, source: AsyncGenerator[list[GenerationChunk], None]) -> None:
+        self._source = source
+        self.error: BaseException | None = None
+
+    def __aiter__(self) -> FakeStream:
+        return self
+
+    async def __anext__(self) -> list[GenerationChunk]:
+        try:
+            return await self._source.__anext__()
+        except StopAsyncIteration:
+            raise
+        except Exception as exc:
+            self.error = exc
+            raise
+
+    async def aclose(self) -> None:
+        await self._source.aclose()
 
 
 def text_chunks(*pieces: bytes, reason: str = "stop", prompt_tokens: int = 3) -> list[GenerationChunk]:

@@ -86,7 +86,7 @@ def _records(message: bytes) -> tuple[int, list[tuple[int, int]]] | None:
 class StreamReader:
     """Reads one call's messages (a fresh reader per call: the head holds the call's id)."""
 
-    __slots__ = ("_count", "_error", "_head", "_learns", "_parse", "_plan", "_read")
+    __slots__ = ("final", "_count", "_error", "_head", "_learns", "_parse", "_plan", "_read")
 
     def __init__(self, parse: ParseOutputs, error: Callable[[str], Exception], plan: PlanOutputs | None = None) -> None:
         self._parse = parse
@@ -98,6 +98,8 @@ class StreamReader:
         """How the learned layout's raw contents become a chunk."""
         self._count = 0
         self._learns = _LEARNS
+        self.final = False
+        """Whether the call's final response has been read: the model's work for it is over."""
 
     def __call__(self, message: bytes) -> GenerationChunk:
         read = self._read
@@ -148,6 +150,8 @@ class StreamReader:
         response = reply.infer_response
         param = response.parameters.get("triton_final_response")
         final = bool(param is not None and param.bool_param)
+        if final:  # a final response always comes this way: the shortcut reads non-final ones only
+            self.final = True
         outputs = describe_outputs(response)
         raws = response.raw_output_contents
         chunk = self._parse(outputs, raws, final)

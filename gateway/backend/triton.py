@@ -6,9 +6,10 @@ The unary control calls (readiness, repository index, model config) use ``triton
 protobuf stubs over a ``grpc.aio`` channel: they are rare and grpc.aio manages their connection
 well. Each generation's request message is the one request of its call, which is then
 half-closed, so the response stream ends after the model's FINAL response. Cancelling the call
-(client gone, stop string hit, deadline) makes the model see ``is_cancelled()``; ``generate``
-cancels in ``finally``, so leaving early always does. A call whose final response came is left
-to end with Triton's trailers, and reset only if they do not come within ``TRAILERS_GRACE``.
+(client gone, stop string hit, deadline) makes the model see ``is_cancelled()``; closing the
+generation's stream (``TritonStream.aclose``) does, so leaving early always does. A call whose
+final response came is left to end with Triton's trailers, and reset only if they do not come
+within ``TRAILERS_GRACE``.
 
 Speaks the vLLM-backend tensor contract (``contracts/vllm.py``), and the TensorRT-LLM ensemble's
 (``contracts/trtllm.py``) for models that declare its inputs; knows nothing of OpenAI.
@@ -20,7 +21,7 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 import grpc
@@ -259,55 +260,118 @@ class TritonBackend:
             raise classify_rpc_error(exc) from exc
         return models
 
-    async def generate(self, request: GenerationRequest) -> AsyncIterator[list[GenerationChunk]]:
-        if self._stub is None:
-            raise BackendUnavailableError("the Triton client is not started")
+    def generate(self, request: GenerationRequest) -> TritonStream:
+        return TritonStream(self, request)
+
+
+async def _ended() -> list[GenerationChunk]:
+    raise StopAsyncIteration
+
+
+class TritonStream:
+    """One generation on Triton: ``TritonBackend.generate``'s stream of batches.
+
+    A plain object rather than an async generator, because every token passes through it: a
+    generator level costs each token's wake-up ~1,240 instructions (``bench/await_levels.py``).
+    Its first step opens the call and reads the first batch, and opens it once more if Triton
+    provably never started the first (a refused stream, or one above a GOAWAY's last stream id).
+    After that, ``__anext__`` hands out the call's own: the call raises the backend's typed
+    errors itself (``map_error``), so no step of ours runs per token.
+
+    ``aclose`` ends the call. If the model's final response has been read, the call is left to end
+    with Triton's trailers, which often come a read later than that response (37 calls in 100 at
+    16 tokens): a reset then would cost a write and a cancellation in Triton for work that is over,
+    so it is sent only if they have not come within ``TRAILERS_GRACE`` (a no-op once the call has
+    ended). Otherwise the call is reset at once, and the model sees ``is_cancelled()``.
+    """
+
+    __slots__ = ("error", "_backend", "_request", "_call", "_reader", "_timer", "_next")
+
+    def __init__(self, backend: TritonBackend, request: GenerationRequest) -> None:
+        self.error: BaseException | None = None
+        self._backend = backend
+        self._request = request
+        self._call: StreamCall[GenerationChunk] | None = None
+        self._reader: StreamReader | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._next: Callable[[], Awaitable[list[GenerationChunk]]] = self._start
+
+    def __aiter__(self) -> TritonStream:
+        return self
+
+    def __anext__(self) -> Awaitable[list[GenerationChunk]]:
+        return self._next()
+
+    async def _start(self) -> list[GenerationChunk]:
+        backend, request = self._backend, self._request
+        if backend._stub is None:
+            raise self._failed(BackendUnavailableError("the Triton client is not started"))
         ensemble = is_trtllm(request.inputs)
-        infer = build_trtllm_request(request, request.inputs) if ensemble else build_infer_request(request)
-        read = trtllm_reader() if ensemble else vllm_reader()
-        message = infer.SerializeToString()
+        message = (
+            build_trtllm_request(request, request.inputs) if ensemble else build_infer_request(request)
+        ).SerializeToString()
         retried = False
         while True:
+            reader = trtllm_reader() if ensemble else vllm_reader()
             try:
-                call = await self._transport.open(STREAM_INFER_PATH, message, read, request.deadline)
+                call = await backend._transport.open(STREAM_INFER_PATH, message, reader, request.deadline)
             except CallError as exc:
-                raise classify_rpc_error(exc) from exc
-            self._active.add(call)
-            timer = None
-            if request.deadline is not None:
-                # An explicit cancel: the model must see is_cancelled() and free its slot, and the
-                # client must get a typed error.
-                timer = asyncio.get_running_loop().call_later(
-                    max(0.0, request.deadline - time.monotonic()),
-                    call.abort,
-                    BackendTimeoutError("the request's deadline passed before the backend finished"),
-                )
-            yielded = finished = False
+                raise self._failed(exc) from exc
+            self._opened(call, reader)
             try:
-                async for batch in call:
-                    yielded = True
-                    finished = batch[-1].final
-                    yield batch
-                return
+                batch = await call.__anext__()
             except CallError as exc:
-                # Once, and only for a call Triton provably never started (refused stream, above
-                # a GOAWAY's last stream id) of which the client has seen nothing: the transport
-                # opens it on another connection.
-                if exc.retryable and not yielded and not retried:
+                # Once, and only for a call Triton provably never started: the transport opens
+                # it on another connection.
+                if exc.retryable and not retried:
                     retried = True
+                    self._end()
                     logger.info("retrying a generation Triton did not start: %s", exc.details)
                     continue
-                raise classify_rpc_error(exc) from exc
-            finally:
-                if timer is not None:
-                    timer.cancel()
-                self._active.discard(call)
-                if finished:
-                    # The model sent its final response and the call ends with Triton's trailers,
-                    # which often come a read later than the response the consumer stopped at (37
-                    # calls in 100 at 16 tokens). A reset now would cost a write and a
-                    # cancellation in Triton for work that is over: it is sent only if the
-                    # trailers have not come by then (a no-op once the call ended).
-                    asyncio.get_running_loop().call_later(TRAILERS_GRACE, call.cancel)
-                else:
-                    call.cancel()
+                raise self._failed(exc) from exc
+            except GatewayError as exc:
+                self.error = exc
+                raise
+            call.map_error = self._failed
+            self._next = call.__anext__
+            return batch
+
+    def _failed(self, error: BaseException) -> BaseException:
+        """The error the consumer gets (a gRPC status becomes a typed one), kept as ``error``."""
+        if isinstance(error, CallError):
+            typed = classify_rpc_error(error)
+            typed.__cause__ = error
+            error = typed
+        self.error = error
+        return error
+
+    def _opened(self, call: StreamCall[GenerationChunk], reader: StreamReader) -> None:
+        self._call, self._reader = call, reader
+        self._backend._active.add(call)
+        deadline = self._request.deadline
+        if deadline is not None:
+            # An explicit cancel: the model must see is_cancelled() and free its slot, and the
+            # client must get a typed error.
+            self._timer = asyncio.get_running_loop().call_later(
+                max(0.0, deadline - time.monotonic()),
+                call.abort,
+                BackendTimeoutError("the request's deadline passed before the backend finished"),
+            )
+
+    def _end(self) -> None:
+        call, reader = self._call, self._reader
+        if call is None or reader is None:
+            return
+        self._call = self._reader = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._backend._active.discard(call)
+        if reader.final:
+            asyncio.get_running_loop().call_later(TRAILERS_GRACE, call.cancel)
+        else:
+            call.cancel()
+
+    async def aclose(self) -> None:
+        self._next = _ended
+        self._end()

@@ -6,7 +6,7 @@ the per-token path, so it must cost no validation. Nothing here knows OpenAI's w
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
@@ -74,6 +74,25 @@ class BackendModel:
     inputs: frozenset[str] = field(default_factory=frozenset)
 
 
+class GenerationStream(Protocol):
+    """One generation's batches of chunks, as ``Backend.generate`` returns them: an async
+    iterator the consumer must ``aclose`` once it is done with it, whether the stream ended, failed
+    or was left early. Closing is what frees what the generation holds (its call, its replica's
+    in-flight count), and what cancels the backend's work if it is still going. An async generator
+    is one (``error`` aside); the gateway's own are plain objects, so that a token's wake-up does
+    not resume a generator frame per layer."""
+
+    error: BaseException | None
+    """What the stream raised when it failed, None while it has not: the replica pool reads it on
+    closing, to eject a replica that became unreachable mid-stream."""
+
+    def __aiter__(self) -> GenerationStream: ...
+
+    def __anext__(self) -> Awaitable[list[GenerationChunk]]: ...
+
+    def aclose(self) -> Awaitable[None]: ...
+
+
 class Backend(Protocol):
     """What the gateway needs from an inference server. ``TritonBackend`` is the real one."""
 
@@ -89,9 +108,8 @@ class Backend(Protocol):
         """Cancel every generation in flight; each raises ``error`` to its consumer."""
         ...
 
-    def generate(self, request: GenerationRequest) -> AsyncIterator[list[GenerationChunk]]:
-        """Yield batches of chunks until the backend's final one: each batch is everything that
+    def generate(self, request: GenerationRequest) -> GenerationStream:
+        """Batches of chunks until the backend's final one: each batch is everything that
         arrived since the consumer last asked, so a consumer busy writing to a slow client takes
-        the pile at once. Closing the iterator early (``aclose``, cancellation) must cancel the
-        backend's work for this request."""
+        the pile at once. Nothing is sent before the first ``__anext__``."""
         ...

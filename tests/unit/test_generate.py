@@ -4,7 +4,7 @@ backend's iterator closed (what cancels a Triton call), the slot freed, the outc
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 import pytest
 
@@ -51,7 +51,7 @@ class Run:
 class BatchBackend(ScriptedBackend):
     """Yields all its chunks as one batch, as a connection does when the consumer fell behind."""
 
-    async def generate(self, request: GenerationRequest) -> AsyncIterator[list[GenerationChunk]]:
+    async def stream(self, request: GenerationRequest) -> AsyncGenerator[list[GenerationChunk], None]:
         self.requests.append(request)
         yield [c for c in self.chunks if isinstance(c, GenerationChunk)]
         self.finished += 1
@@ -193,12 +193,12 @@ async def test_closing_a_request_with_n_choices_closes_every_generation() -> Non
 
 async def test_one_choice_failing_fails_the_request_and_closes_the_others() -> None:
     class OneFails(ScriptedBackend):
-        async def generate(self, request: GenerationRequest) -> AsyncIterator[list[GenerationChunk]]:
+        async def stream(self, request: GenerationRequest) -> AsyncGenerator[list[GenerationChunk], None]:
             if request.request_id == "r-1":
                 self.requests.append(request)
                 raise BackendError("boom")
                 yield []
-            async for batch in super().generate(request):
+            async for batch in super().stream(request):
                 yield batch
 
     backend = OneFails(text_chunks(b"a", b"b", b"c"), delay=0.05)

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import dataclasses
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from pathlib import Path
 
 import httpx
@@ -176,7 +177,7 @@ class FailingBackend(ScriptedBackend):
         self.after_first = after_first
         self.calls = 0
 
-    async def generate(self, request: GenerationRequest) -> AsyncIterator[list[GenerationChunk]]:
+    async def stream(self, request: GenerationRequest) -> AsyncGenerator[list[GenerationChunk], None]:
         self.calls += 1
         if self.after_first:
             yield [text_chunks(b"partial", reason="")[0]]
@@ -196,7 +197,9 @@ async def pool_of(backends: dict[str, ScriptedBackend], policy: Policy = Policy.
 
 
 async def drain(pool: ReplicaPool, req: GenerationRequest) -> list[GenerationChunk]:
-    return [chunk async for batch in pool.generate(req) for chunk in batch]
+    """Every chunk, closing the stream after (as every consumer must: it frees the replica)."""
+    async with contextlib.aclosing(pool.generate(req)) as stream:
+        return [chunk async for batch in stream for chunk in batch]
 
 
 @pytest.mark.anyio
@@ -224,9 +227,14 @@ async def test_a_request_that_streamed_is_never_retried() -> None:
         "b:1": FailingBackend(after_first=True),
     }
     pool = await pool_of(backends)
+    req = request()
     with pytest.raises(BackendUnreachableError):
-        await drain(pool, request())
+        await drain(pool, req)
     assert sum(b.calls for b in backends.values()) == 1  # type: ignore[attr-defined]
+    # Unreachable mid-stream: out of rotation, and its slot freed.
+    failed = pool._replicas[req.placement.replica]  # type: ignore[union-attr,index]
+    assert failed.up is False and failed.in_flight == 0
+    assert [r.up for r in pool.replicas].count(True) == 1
 
 
 @pytest.mark.anyio
@@ -311,7 +319,7 @@ async def test_in_flight_counts_follow_the_generation() -> None:
     gate = asyncio.Event()
 
     class Slow(ScriptedBackend):
-        async def generate(self, request: GenerationRequest) -> AsyncIterator[list[GenerationChunk]]:
+        async def stream(self, request: GenerationRequest) -> AsyncGenerator[list[GenerationChunk], None]:
             await gate.wait()
             yield text_chunks(b"x")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 import pytest
 
@@ -134,7 +134,7 @@ async def test_unexpected_error_mid_stream_still_ends_the_body_with_an_error_eve
 class OneBatchBackend(ScriptedBackend):
     """Every chunk in one batch: what a client slower than the model gets."""
 
-    async def generate(self, request: GenerationRequest) -> AsyncIterator[list[GenerationChunk]]:
+    async def stream(self, request: GenerationRequest) -> AsyncGenerator[list[GenerationChunk], None]:
         self.requests.append(request)
         yield [item for item in self.chunks if isinstance(item, GenerationChunk)]
 

@@ -210,7 +210,7 @@ async def _first_batch_then_close(transport: H2Transport, peer: list[Peer]) -> N
     try:
         stream = backend.generate(GenerationRequest(request_id="r", model="m", prompt="p", sampling={}))
         await anext(stream)
-        await stream.aclose()  # type: ignore[attr-defined]
+        await stream.aclose()
         await until(lambda: bool(peer[0].resets))
     finally:
         await backend.close()
@@ -228,7 +228,7 @@ async def test_a_call_triton_finished_ends_with_its_trailers_not_a_reset() -> No
         await backend.start()
         stream = backend.generate(GenerationRequest(request_id="r", model="m", prompt="p", sampling={}))
         assert [chunk.final for chunk in await anext(stream)] == [True]
-        await stream.aclose()  # type: ignore[attr-defined]
+        await stream.aclose()
         await asyncio.sleep(0.4)
         assert served[0].resets == {}  # no RST_STREAM for work that was over
         assert transport._connection is not None and transport._connection.calls == 0  # the trailers ended it

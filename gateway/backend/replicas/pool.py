@@ -27,13 +27,13 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from gateway.backend.replicas.endpoints import EndpointSpec, resolve
 from gateway.backend.replicas.router import Choice, Route, Router
-from gateway.backend.types import Backend, BackendModel, GenerationChunk, GenerationRequest
+from gateway.backend.types import Backend, BackendModel, GenerationChunk, GenerationRequest, GenerationStream
 from gateway.errors import BackendUnavailableError, BackendUnreachableError, GatewayError
 
 logger = logging.getLogger(__name__)
@@ -288,40 +288,16 @@ class ReplicaPool:
         up = [r for r in serving if r.up]
         return up or serving  # panic mode: none in rotation, try the ones that may be back
 
-    async def generate(self, request: GenerationRequest) -> AsyncIterator[list[GenerationChunk]]:
-        tried: set[Replica] = set()
-        observer = self.observer
-        while True:
-            choice = self.router.choose(request.session_key, request.prompt, self._eligible(request.model, tried))
-            if choice is None:
-                raise BackendUnavailableError(
-                    f"no Triton replica serves the model '{request.model}' now", headers={"Retry-After": "1"}
-                )
-            replica = self._placed(request, choice)
-            replica.in_flight += 1
-            if observer is not None:
-                observer.replica_in_flight(replica.address, 1)
-            started = False
-            try:
-                async for batch in replica.backend.generate(request):
-                    started = True
-                    yield batch
-                return
-            except BackendUnavailableError as exc:
-                if isinstance(exc, BackendUnreachableError):
-                    self._eject(replica, exc.message)
-                elif replica.models is not None:  # the model is not ready there: until the next listing
-                    replica.models = replica.models - {request.model}
-                tried.add(replica)
-                if started or len(tried) > 1 or not self._eligible(request.model, tried):
-                    raise
-                logger.info("retrying elsewhere: %s failed before the first token (%s)", replica.address, exc.message)
-                if observer is not None:
-                    observer.retried(replica.address)
-            finally:
-                replica.in_flight -= 1
-                if observer is not None:
-                    observer.replica_in_flight(replica.address, -1)
+    def generate(self, request: GenerationRequest) -> PoolStream:
+        return PoolStream(self, request)
+
+    def _failed(self, replica: Replica, model: str, error: BaseException | None) -> None:
+        """What a generation's failure says of its replica: unreachable (ejected), or not serving
+        the model now (left out for it until the next listing)."""
+        if isinstance(error, BackendUnreachableError):
+            self._eject(replica, error.message)
+        elif isinstance(error, BackendUnavailableError) and replica.models is not None:
+            replica.models = replica.models - {model}
 
     def _placed(self, request: GenerationRequest, choice: Choice) -> Replica:
         replica = choice.replica
@@ -335,4 +311,91 @@ class ReplicaPool:
         return replica
 
 
-__all__ = ["ReplicaPool", "Replica", "RoutingObserver", "Route"]
+async def _ended() -> list[GenerationChunk]:
+    raise StopAsyncIteration
+
+
+class PoolStream:
+    """One generation placed by the pool: ``ReplicaPool.generate``'s stream of batches.
+
+    A plain object rather than an async generator, for the reason ``TritonStream`` gives: its
+    first step places the generation, reads the first batch, and places it once more on another
+    replica if it failed before that batch with the backend unavailable. After that,
+    ``__anext__`` hands out the replica's stream's own, and ``aclose`` learns from that stream's
+    ``error`` whether the replica failed mid-stream.
+    """
+
+    __slots__ = ("_pool", "_request", "_replica", "_inner", "_error", "_next")
+
+    def __init__(self, pool: ReplicaPool, request: GenerationRequest) -> None:
+        self._pool = pool
+        self._request = request
+        self._replica: Replica | None = None
+        """Where the generation runs, until it is closed."""
+        self._inner: GenerationStream | None = None
+        self._error: BaseException | None = None
+        self._next: Callable[[], Awaitable[list[GenerationChunk]]] = self._start
+
+    @property
+    def error(self) -> BaseException | None:
+        if self._error is not None:
+            return self._error
+        return self._inner.error if self._inner is not None else None
+
+    def __aiter__(self) -> PoolStream:
+        return self
+
+    def __anext__(self) -> Awaitable[list[GenerationChunk]]:
+        return self._next()
+
+    async def _start(self) -> list[GenerationChunk]:
+        pool, request = self._pool, self._request
+        tried: set[Replica] = set()
+        while True:
+            choice = pool.router.choose(request.session_key, request.prompt, pool._eligible(request.model, tried))
+            if choice is None:
+                self._error = BackendUnavailableError(
+                    f"no Triton replica serves the model '{request.model}' now", headers={"Retry-After": "1"}
+                )
+                raise self._error
+            replica = self._replica = pool._placed(request, choice)
+            replica.in_flight += 1
+            if pool.observer is not None:
+                pool.observer.replica_in_flight(replica.address, 1)
+            inner = self._inner = replica.backend.generate(request)
+            try:
+                batch = await inner.__anext__()
+            except BackendUnavailableError as exc:
+                await self._release()  # says what the failure means for the replica
+                tried.add(replica)
+                if len(tried) > 1 or not pool._eligible(request.model, tried):
+                    self._error = exc
+                    raise
+                logger.info("retrying elsewhere: %s failed before the first token (%s)", replica.address, exc.message)
+                if pool.observer is not None:
+                    pool.observer.retried(replica.address)
+                continue
+            self._next = inner.__anext__
+            return batch
+
+    async def _release(self) -> None:
+        """Close the replica's stream and free its slot there, once."""
+        replica, inner = self._replica, self._inner
+        if replica is None or inner is None:
+            return
+        self._replica = None
+        pool = self._pool
+        try:
+            await inner.aclose()
+        finally:
+            replica.in_flight -= 1
+            if pool.observer is not None:
+                pool.observer.replica_in_flight(replica.address, -1)
+            pool._failed(replica, self._request.model, inner.error)
+
+    async def aclose(self) -> None:
+        self._next = _ended
+        await self._release()
+
+
+__all__ = ["ReplicaPool", "PoolStream", "Replica", "RoutingObserver", "Route"]

@@ -43,7 +43,7 @@ class BatchedCall(Generic[T]):
     larger batches instead of a queue of tiny ones (the coalescing the SSE writer relies on).
     The transport side appends to ``_items`` and calls ``_wake``, then ``_finish`` once."""
 
-    __slots__ = ("_items", "_waiter", "_error", "_done", "_loop")
+    __slots__ = ("_items", "_waiter", "_error", "_done", "_loop", "map_error")
 
     def __init__(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -53,6 +53,10 @@ class BatchedCall(Generic[T]):
         self._waiter: asyncio.Future[None] | None = None
         self._error: BaseException | None = None
         self._done = False
+        self.map_error: Callable[[BaseException], BaseException] | None = None
+        """Turns the error the call ends with into the one its consumer gets (the backend's typed
+        errors): the backend can then hand its consumer this call's ``__anext__`` itself, with no
+        step of its own around it on every token."""
 
     def _finish(self, error: BaseException | None) -> None:
         if self._done:
@@ -82,9 +86,11 @@ class BatchedCall(Generic[T]):
                 self._taken()
                 return items
             if self._done:
-                if self._error is not None:
-                    error, self._error = self._error, None
-                    raise error
+                error = self._error
+                if error is not None:
+                    self._error = None
+                    map_error = self.map_error
+                    raise error if map_error is None else map_error(error)
                 raise StopAsyncIteration
             waiter = self._waiter = self._loop.create_future()
             await waiter
@@ -94,6 +100,9 @@ class StreamCall(Protocol[T]):
     """One server-streaming call: an async iterator of *batches* of parsed messages (everything
     that arrived since the consumer last asked), ending after the server's trailers. A non-OK
     status raises ``CallError`` (or the error ``parse`` raised) after the messages before it."""
+
+    map_error: Callable[[BaseException], BaseException] | None
+    """Applied to the error the call ends with before its consumer gets it (see ``BatchedCall``)."""
 
     def __aiter__(self) -> StreamCall[T]: ...
 
