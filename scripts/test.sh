@@ -45,14 +45,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
     fi
     rm -f "$apt_log"
 fi
-if [ ! -x .venv/bin/python ]; then
-    python3 -m venv .venv
-fi
-if ! .venv/bin/python -m pip install --disable-pip-version-check --no-compile -e '.[local,test,speed]' > .venv/install.log 2>&1; then
-    grep -v "^WARNING: Location" .venv/install.log >&2
-    echo "install failed (full log: .venv/install.log)" >&2
-    exit 1
-fi
+bash scripts/install.sh local,test,speed
 # Lint, format and types first: cheap, and a failure here is a real defect (pyproject holds the config).
 .venv/bin/ruff check gateway tests bench scripts triton_models
 .venv/bin/ruff format --check gateway tests bench scripts triton_models
