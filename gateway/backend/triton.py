@@ -303,6 +303,7 @@ class TritonStream:
         return self._next()
 
     async def _start(self) -> list[GenerationChunk]:
+        self._next = _ended  # as a generator: a stream that ended or failed in its first step stays ended
         backend, request = self._backend, self._request
         if backend._stub is None:
             raise self._failed(BackendUnavailableError("the Triton client is not started"))

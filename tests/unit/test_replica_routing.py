@@ -333,6 +333,31 @@ async def test_in_flight_counts_follow_the_generation() -> None:
 
 
 @pytest.mark.anyio
+async def test_a_stream_that_ended_or_failed_stays_ended_until_closed() -> None:
+    """As an async generator does: asking again places nothing anew, and closing frees the slot."""
+    empty = ScriptedBackend(())
+    pool = await pool_of({"a:1": empty})
+    stream = pool.generate(request())
+    for _ in range(2):
+        with pytest.raises(StopAsyncIteration):
+            await anext(stream)
+    assert len(empty.requests) == 1 and pool.replicas[0].in_flight == 1
+    await stream.aclose()
+    assert pool.replicas[0].in_flight == 0
+
+    failing = FailingBackend(InvalidRequestError("bad"))
+    pool = await pool_of({"a:1": failing})
+    stream = pool.generate(request())
+    with pytest.raises(InvalidRequestError):
+        await anext(stream)
+    with pytest.raises(StopAsyncIteration):
+        await anext(stream)
+    assert failing.calls == 1 and isinstance(stream.error, InvalidRequestError)
+    await stream.aclose()
+    assert pool.replicas[0].in_flight == 0 and pool.replicas[0].up
+
+
+@pytest.mark.anyio
 async def test_dns_changes_add_replicas_and_retire_gone_ones_once_their_streams_end(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

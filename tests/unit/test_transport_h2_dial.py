@@ -173,8 +173,16 @@ async def test_only_once_and_only_before_anything_was_yielded() -> None:
         peer.flush()
 
     async with serve_transport(refuse) as (transport, served):
-        with pytest.raises(BackendUnavailableError, match="refused"):
-            await _generate(transport)
+        backend = TritonBackend("127.0.0.1:1", transport=transport)
+        await backend.start()
+        stream = backend.generate(GenerationRequest(request_id="r", model="m", prompt="p", sampling={}))
+        with pytest.raises(BackendUnavailableError, match="refused") as failed:
+            await anext(stream)
+        assert stream.error is failed.value
+        with pytest.raises(StopAsyncIteration):  # ended, as a generator: no third call is opened
+            await anext(stream)
+        await stream.aclose()
+        await backend.close()
         assert len(served) == 2
 
     async def refuse_late(peer: Peer, sid: int, request: bytes) -> None:

@@ -349,6 +349,7 @@ class PoolStream:
         return self._next()
 
     async def _start(self) -> list[GenerationChunk]:
+        self._next = _ended  # as a generator: a stream that ended or failed in its first step stays ended
         pool, request = self._pool, self._request
         tried: set[Replica] = set()
         while True:
