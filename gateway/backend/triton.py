@@ -21,7 +21,7 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, Literal
 
 import grpc
@@ -33,6 +33,7 @@ from gateway.backend.contracts.trtllm import (
     parse_trtllm_outputs,
 )
 from gateway.backend.contracts.vllm import build_infer_request, parse_vllm_outputs, vllm_outputs_plan
+from gateway.backend.handoff import HandOffStream
 from gateway.backend.stream_messages import StreamReader
 from gateway.backend.transport.aio import AioTransport
 from gateway.backend.transport.base import (
@@ -264,15 +265,10 @@ class TritonBackend:
         return TritonStream(self, request)
 
 
-async def _ended() -> list[GenerationChunk]:
-    raise StopAsyncIteration
-
-
-class TritonStream:
+class TritonStream(HandOffStream):
     """One generation on Triton: ``TritonBackend.generate``'s stream of batches.
 
-    A plain object rather than an async generator, because every token passes through it: a
-    generator level costs each token's wake-up ~1,240 instructions (``bench/await_levels.py``).
+    A ``HandOffStream`` rather than an async generator, because every token passes through it.
     Its first step opens the call and reads the first batch, and opens it once more if Triton
     provably never started the first (a refused stream, or one above a GOAWAY's last stream id).
     After that, ``__anext__`` hands out the call's own: the call raises the backend's typed
@@ -285,25 +281,18 @@ class TritonStream:
     ended). Otherwise the call is reset at once, and the model sees ``is_cancelled()``.
     """
 
-    __slots__ = ("error", "_backend", "_request", "_call", "_reader", "_timer", "_next")
+    __slots__ = ("error", "_backend", "_request", "_call", "_reader", "_timer")
 
     def __init__(self, backend: TritonBackend, request: GenerationRequest) -> None:
+        super().__init__()
         self.error: BaseException | None = None
         self._backend = backend
         self._request = request
         self._call: StreamCall[GenerationChunk] | None = None
         self._reader: StreamReader | None = None
         self._timer: asyncio.TimerHandle | None = None
-        self._next: Callable[[], Awaitable[list[GenerationChunk]]] = self._start
-
-    def __aiter__(self) -> TritonStream:
-        return self
-
-    def __anext__(self) -> Awaitable[list[GenerationChunk]]:
-        return self._next()
 
     async def _start(self) -> list[GenerationChunk]:
-        self._next = _ended  # as a generator: a stream that ended or failed in its first step stays ended
         backend, request = self._backend, self._request
         if backend._stub is None:
             raise self._failed(BackendUnavailableError("the Triton client is not started"))
@@ -334,7 +323,7 @@ class TritonStream:
                 self.error = exc
                 raise
             call.map_error = self._failed
-            self._next = call.__anext__
+            self._hand_off(call.__anext__)
             return batch
 
     def _failed(self, error: BaseException) -> BaseException:
@@ -374,5 +363,5 @@ class TritonStream:
             call.cancel()
 
     async def aclose(self) -> None:
-        self._next = _ended
+        self._stop()
         self._end()

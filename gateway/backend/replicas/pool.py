@@ -27,10 +27,11 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from gateway.backend.handoff import HandOffStream
 from gateway.backend.replicas.endpoints import EndpointSpec, resolve
 from gateway.backend.replicas.router import Choice, Route, Router
 from gateway.backend.types import Backend, BackendModel, GenerationChunk, GenerationRequest, GenerationStream
@@ -311,30 +312,26 @@ class ReplicaPool:
         return replica
 
 
-async def _ended() -> list[GenerationChunk]:
-    raise StopAsyncIteration
-
-
-class PoolStream:
+class PoolStream(HandOffStream):
     """One generation placed by the pool: ``ReplicaPool.generate``'s stream of batches.
 
-    A plain object rather than an async generator, for the reason ``TritonStream`` gives: its
+    A ``HandOffStream`` rather than an async generator, as every token passes through it: its
     first step places the generation, reads the first batch, and places it once more on another
     replica if it failed before that batch with the backend unavailable. After that,
     ``__anext__`` hands out the replica's stream's own, and ``aclose`` learns from that stream's
     ``error`` whether the replica failed mid-stream.
     """
 
-    __slots__ = ("_pool", "_request", "_replica", "_inner", "_error", "_next")
+    __slots__ = ("_pool", "_request", "_replica", "_inner", "_error")
 
     def __init__(self, pool: ReplicaPool, request: GenerationRequest) -> None:
+        super().__init__()
         self._pool = pool
         self._request = request
         self._replica: Replica | None = None
         """Where the generation runs, until it is closed."""
         self._inner: GenerationStream | None = None
         self._error: BaseException | None = None
-        self._next: Callable[[], Awaitable[list[GenerationChunk]]] = self._start
 
     @property
     def error(self) -> BaseException | None:
@@ -342,14 +339,7 @@ class PoolStream:
             return self._error
         return self._inner.error if self._inner is not None else None
 
-    def __aiter__(self) -> PoolStream:
-        return self
-
-    def __anext__(self) -> Awaitable[list[GenerationChunk]]:
-        return self._next()
-
     async def _start(self) -> list[GenerationChunk]:
-        self._next = _ended  # as a generator: a stream that ended or failed in its first step stays ended
         pool, request = self._pool, self._request
         tried: set[Replica] = set()
         while True:
@@ -376,7 +366,7 @@ class PoolStream:
                 if pool.observer is not None:
                     pool.observer.retried(replica.address)
                 continue
-            self._next = inner.__anext__
+            self._hand_off(inner.__anext__)
             return batch
 
     async def _release(self) -> None:
@@ -395,7 +385,7 @@ class PoolStream:
             pool._failed(replica, self._request.model, inner.error)
 
     async def aclose(self) -> None:
-        self._next = _ended
+        self._stop()
         await self._release()
 
 

@@ -1,0 +1,50 @@
+"""The shape of the backend's generation streams: a first step of their own, then a hand-off.
+
+A generation passes through two levels below the core (the replica pool, the Triton client) and
+every token passes through both. As async generators, each level cost every token's wake-up a
+frame to resume (~1,240 instructions, ``bench/await_levels.py``). What each level does happens
+around the first batch (placing the generation, opening the call, one retry) and on closing, so
+after its first step a level hands out the next level's ``__anext__`` as it is, and a token's
+wake-up resumes no frame of its.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Self
+
+from gateway.backend.types import GenerationChunk
+
+
+async def _ended() -> list[GenerationChunk]:
+    raise StopAsyncIteration
+
+
+class HandOffStream:
+    """A ``GenerationStream`` whose ``__anext__`` is whatever ``_next`` holds: ``_start`` for the
+    first step, which on success calls ``_hand_off`` with the next level's ``__anext__``."""
+
+    __slots__ = ("_next",)
+
+    def __init__(self) -> None:
+        self._next: Callable[[], Awaitable[list[GenerationChunk]]] = self._first
+
+    def __aiter__(self) -> Self:
+        return self
+
+    def __anext__(self) -> Awaitable[list[GenerationChunk]]:
+        return self._next()
+
+    async def _first(self) -> list[GenerationChunk]:
+        self._next = _ended  # as a generator: a stream that ended or failed in its first step stays ended
+        return await self._start()
+
+    async def _start(self) -> list[GenerationChunk]:
+        raise NotImplementedError
+
+    def _hand_off(self, step: Callable[[], Awaitable[list[GenerationChunk]]]) -> None:
+        self._next = step
+
+    def _stop(self) -> None:
+        """No more steps: what ``aclose`` does first."""
+        self._next = _ended
