@@ -357,7 +357,7 @@ class PoolStream(HandOffStream):
             try:
                 batch = await inner.__anext__()
             except BackendUnavailableError as exc:
-                await self._release()  # says what the failure means for the replica
+                await self._release(exc)
                 tried.add(replica)
                 if len(tried) > 1 or not pool._eligible(request.model, tried):
                     self._error = exc
@@ -369,8 +369,9 @@ class PoolStream(HandOffStream):
             self._hand_off(inner.__anext__)
             return batch
 
-    async def _release(self) -> None:
-        """Close the replica's stream and free its slot there, once."""
+    async def _release(self, error: BaseException | None = None) -> None:
+        """Close the replica's stream, free its slot there and tell the pool what the stream's
+        failure (``error``, else the one the stream kept) says of the replica; once."""
         replica, inner = self._replica, self._inner
         if replica is None or inner is None:
             return
@@ -382,7 +383,7 @@ class PoolStream(HandOffStream):
             replica.in_flight -= 1
             if pool.observer is not None:
                 pool.observer.replica_in_flight(replica.address, -1)
-            pool._failed(replica, self._request.model, inner.error)
+            pool._failed(replica, self._request.model, error if error is not None else inner.error)
 
     async def aclose(self) -> None:
         self._stop()
