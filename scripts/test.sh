@@ -19,7 +19,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 lane_pid=
 if [ "$#" -eq 0 ]; then
-    # The lane's install (~2 min, mostly download and unpacking) overlaps the main install and suite.
+    # The lane's install (~20 s with uv, 2-3 min with pip) overlaps the main install and suite.
     # setsid: its own process group, so an early exit (lint) stops the whole install with it.
     VLLM_LANE_INSTALL_ONLY=1 setsid bash scripts/vllm-lane.sh > .vllm-lane-install.out 2>&1 &
     lane_pid=$!
