@@ -25,7 +25,7 @@ installer_for() {
         for value in $(_pip_option "$python" index-url | tail -n 1); do INSTALL+=(--index-url "$value"); done
         for value in $(_pip_option "$python" extra-index-url); do INSTALL+=(--extra-index-url "$value"); done
         for value in $(_pip_option "$python" find-links); do INSTALL+=(--find-links "$value"); done
-        value=$(_pip_option "$python" cert | tail -n 1)
+        value=$(_pip_option "$python" cert | tail -n 1) || value=
         if [ -n "$value" ] && [ -z "${SSL_CERT_FILE:-}" ]; then
             export SSL_CERT_FILE=$value
         fi
