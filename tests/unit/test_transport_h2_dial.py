@@ -267,3 +267,32 @@ async def test_a_call_left_before_its_final_response_is_reset_at_once() -> None:
         await _first_batch_then_close(transport, served)
         assert time.monotonic() - started < 0.5  # at once, not after TRAILERS_GRACE (1 s)
         assert list(served[0].resets.values()) == [h2.errors.ErrorCodes.CANCEL]
+
+
+async def test_a_final_response_read_but_not_taken_still_gets_the_trailers_grace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The consumer stops (a stop string, say) after the reader has read the model's final
+    response but before taking it: Triton's work is over, so the call is not reset at once."""
+    monkeypatch.setattr(triton_module, "TRAILERS_GRACE", 0.3)
+    final_sent = asyncio.Event()
+
+    async def script(peer: Peer, sid: int, request: bytes) -> None:
+        peer.respond(sid)
+        peer.send(sid, _response(b"stop here", False))
+        await final_sent.wait()
+        peer.send(sid, _response(b" more", True))  # and no trailers
+
+    async with serve_transport(script) as (transport, served):
+        backend = TritonBackend("127.0.0.1:1", transport=transport)
+        await backend.start()
+        stream = backend.generate(GenerationRequest(request_id="r", model="m", prompt="p", sampling={}))
+        assert [chunk.final for chunk in await anext(stream)] == [False]
+        final_sent.set()
+        await until(lambda: stream._reader is not None and stream._reader.final)
+        await stream.aclose()
+        await asyncio.sleep(0.1)
+        assert served[0].resets == {}  # within the grace: no RST_STREAM for work that is over
+        await until(lambda: bool(served[0].resets))  # the trailers never came: reset after it
+        assert list(served[0].resets.values()) == [h2.errors.ErrorCodes.CANCEL]
+        await backend.close()
