@@ -18,10 +18,11 @@ if [ "$INSTALLER" = uv ]; then
         exit 0
     fi
     echo "uv could not install the gateway; installing with pip (see $log)" >&2
+    pip_installer_for .venv
 else
     echo "uv could not be installed; installing with pip (see $log)" >&2
 fi
-if ! .venv/bin/python -m pip --disable-pip-version-check install --no-compile -e ".[$extras]" >> "$log" 2>&1; then
+if ! "${INSTALL[@]}" -e ".[$extras]" >> "$log" 2>&1; then
     grep -v "^WARNING: Location" "$log" >&2
     echo "install failed (full log: $log)" >&2
     exit 1
