@@ -16,7 +16,10 @@ script starts (issue 13):
   are cancelled (at 256 streams of 1000 tokens one request outlives any short window). The same
   load also runs through ``relay_floor.py`` (the bare relay: the gateway's transport and parse,
   one chunk encoded and written per response, nothing else), whose CPU per token is what any
-  Python relay pays on this machine; ``--no-relay-floor`` leaves it out.
+  Python relay pays on this machine; ``--no-relay-floor`` leaves it out. At c=1, the sides then
+  also answer ``--alternating-requests`` requests each in turn, request by request
+  (``ttft_ab.alternate``): the added TTFT from moments of the box all sides share, where a window
+  per side (~25 requests at c=1) sees moments of its own.
 
 Prompts are words drawn with a fixed seed (``prompt_text``), ASCII, as a RAG context would be.
 
@@ -28,6 +31,7 @@ Run:  .venv/bin/python bench/big_prompts.py                    (about 5 minutes)
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import random
@@ -105,6 +109,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="also run the chat workload through relay_floor.py, the bare relay",
+    )
+    parser.add_argument(
+        "--alternating-requests",
+        type=int,
+        default=60,
+        help="at c=1 of the chat workload, requests per side answered in turn by floor, gateway and relay (0: none)",
     )
     parser.add_argument(
         "--pin-gateway",
@@ -349,10 +359,12 @@ class Bench:
                 self.triton_reruns.append(concurrency)
             floor, gateway = pair["floor"], pair["gateway"]
             relay = pair.get("relay") or {}
+            alternating = self.alternating(prompt) if concurrency == 1 and args.alternating_requests else None
             levels.append(
                 {
                     "concurrency": concurrency,
                     **pair,
+                    "alternating": alternating,
                     "tokens_ratio": _ratio(gateway["tokens_per_s"], floor["tokens_per_s"]),
                     "added_ttft_p50_ms": _diff(gateway["ttft_p50_ms"], floor["ttft_p50_ms"]),
                     "cpu_over_relay": _ratio(
@@ -361,6 +373,37 @@ class Bench:
                 }
             )
         return levels
+
+    def alternating(self, prompt: str) -> dict[str, Any]:
+        """The chat workload at c=1, request by request: floor, gateway and relay answer the same
+        request in turn (``ttft_ab.alternate``, A B C then C B A), on the level's stack."""
+        from ttft_ab import FloorSide, HttpSide, Side, alternate
+
+        args = self.args
+        assert self.triton is not None and self.gateway is not None
+
+        async def run() -> dict[str, list[float]]:
+            sides: dict[str, Side] = {
+                "floor": FloorSide(self.triton.grpc_url),
+                "gateway": await HttpSide.connect(self.gateway),
+            }
+            if self.relay is not None:
+                sides["relay"] = await HttpSide.connect(self.relay)
+            try:
+                await alternate(sides, "chat", prompt, args.chat_tokens, requests=3)  # warm-up
+                return await alternate(sides, "chat", prompt, args.chat_tokens, requests=args.alternating_requests)
+            finally:
+                for side in sides.values():
+                    await side.close()
+
+        log(f"  chat c=1, {args.alternating_requests} requests per side in turn")
+        ttft = asyncio.run(run())
+        out: dict[str, Any] = {side: statistics.median(times) * 1e3 for side, times in ttft.items()}
+        out["requests"] = args.alternating_requests
+        out["added_ttft_p50_ms"] = out["gateway"] - out["floor"]
+        sides = ", ".join(f"{side} {out[side]:.2f} ms" for side in ttft)
+        log(f"  {sides}: added {out['added_ttft_p50_ms']:+.2f}")
+        return out
 
     # ------------------------------------------------------------------ run
     def run(self) -> dict[str, Any]:
@@ -436,6 +479,15 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
                 "<= 1",
                 value is not None and value <= 1,
             )
+            alternating = level.get("alternating")
+            if alternating:
+                value = alternating["added_ttft_p50_ms"]
+                add(
+                    f"same, {alternating['requests']} requests per side in turn (ms)",
+                    value,
+                    "<= 1",
+                    value <= 1,
+                )
     cpus = [lv["gateway"].get("gateway_cpu_us_per_token") for lv in result.get("chat", [])]
     cpus = [c for c in cpus if c is not None]
     if cpus:
@@ -502,6 +554,17 @@ def markdown(result: dict[str, Any]) -> str:
             f"{fmt(r.get('gateway_cpu_us_per_token'))} ({fmt(r.get('gateway_sys_us_per_token'))}) | "
             f"{fmt(level.get('cpu_over_relay'), 2)} | {fmt(f.get('client_cpu_us_per_token'))} | {errors} |"
         )
+    for level in result["chat"]:
+        alternating = level.get("alternating")
+        if alternating:
+            sides = [side for side in ("floor", "gateway", "relay") if side in alternating]
+            lines += [
+                "",
+                f"At c={level['concurrency']}, {alternating['requests']} requests per side answered in turn "
+                f"(floor, gateway, relay, then back): TTFT p50 "
+                + " / ".join(f"{side} {fmt(alternating[side], 2)}" for side in sides)
+                + f" ms; the gateway adds {fmt(alternating['added_ttft_p50_ms'], 2)} ms.",
+            ]
     if result.get("triton_died_before_level"):
         lines += ["", f"Triton died (and was restarted) before levels {result['triton_died_before_level']}."]
     if result.get("levels_rerun_after_triton_died"):

@@ -17,12 +17,15 @@ until the first token's bytes are sent (``to 1st token``: TTFT in process), and 
 (``total``: the response's end, the generation's close and the outcome). Each figure is the best
 median of ``--rounds`` rounds of ``--requests`` requests, the scenarios taking turns.
 ``--against <tree>`` runs this tree and another in alternating processes (``--alternations``
-each) and prints the best of each as a before → after table.
+each) and prints the best of each as a before → after table. ``--cold <MB>`` writes a buffer
+larger than the last-level cache before each request, as the running gateway finds its caches when
+a request follows a long stream or a pause (the ``plan`` column stays warm: it is timed apart).
 
     .venv/bin/python bench/request_path.py
     .venv/bin/python bench/request_path.py --profile chat-stream-10k
     .venv/bin/python bench/request_path.py --against /tmp/base          (before/after)
     .venv/bin/python bench/request_path.py --gateway-root /tmp/base     (another tree alone)
+    .venv/bin/python bench/request_path.py --cold 64                    (caches cold, as at c=1)
 """
 
 from __future__ import annotations
@@ -191,6 +194,8 @@ async def one_request(app: Any, backend: OneTokenBackend, scenario: Scenario, ra
         "state": {},
     }
     backend.called_at = 0
+    if EVICT is not None:
+        evict()
     start = clock()
     await app(scope, receive, send)
     end = clock()
@@ -225,6 +230,17 @@ async def plan_only(app: Any, scenario: Scenario, n: int) -> list[int]:
             )
         out.append(clock() - start)
     return out
+
+
+EVICT: bytearray | None = None
+"""``--cold``: a buffer larger than the last-level cache, written before each request."""
+
+
+def evict() -> None:
+    """Leave the caches as another process would: every line of ``EVICT`` written, so none of
+    the gateway's code or data is left in them (the branch predictors are left as they are)."""
+    assert EVICT is not None
+    EVICT[::64] = bytes(len(EVICT) // 64)
 
 
 def median_us(values: list[int]) -> float:
@@ -347,11 +363,17 @@ def main() -> None:
     parser.add_argument("--gateway-root", type=Path, default=None, help="run the gateway package of this tree")
     parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu", help="thread CPU time or wall time")
     parser.add_argument("--against", type=Path, default=None, help="compare with the gateway of this tree (before)")
+    parser.add_argument(
+        "--cold", type=int, default=0, metavar="MB", help="write this many MB before each request (caches cold)"
+    )
     parser.add_argument("--alternations", type=int, default=3, help="processes per tree with --against")
     args = parser.parse_args()
     if args.against is not None:
         compare(args)
         return
+    if args.cold:
+        global EVICT
+        EVICT = bytearray(args.cold << 20)
     if args.clock == "wall":
         global clock
         clock = time.perf_counter_ns

@@ -11,8 +11,15 @@ change. TTFT is the time from the request's first byte to the first token's byte
 ``--tokens`` per request, a ``--prompt-bytes`` prompt). CPU is the gateway process's
 (``/proc``), per request, over the measured requests.
 
+``--relay`` and ``--floor`` add two more sides to the same rounds: the bare relay
+(``relay_floor.py``) and the floor (``tritonclient.grpc.aio`` straight to Triton, one stream per
+request, as ``big_prompts.py``'s floor). With them, the TTFT the gateway adds over the floor at
+c=1 is measured request by request rather than in windows seconds apart, and the relay's TTFT says
+how much of it any Python relay pays. The floor's TTFT is to the first response carrying text.
+
     .venv/bin/python bench/ttft_ab.py --against /tmp/base
     .venv/bin/python bench/ttft_ab.py --against /tmp/base --requests 2000 --endpoints chat
+    .venv/bin/python bench/ttft_ab.py --relay --floor --endpoints chat --tokens 1000 --prompt-bytes 10000
 """
 
 from __future__ import annotations
@@ -41,7 +48,6 @@ from common import (  # noqa: E402
     start_triton,
 )
 from loadgen import CLK_TCK  # noqa: E402
-from request_path import prompt_text  # noqa: E402
 
 PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
@@ -91,26 +97,114 @@ class Client:
                 return first - start
 
 
-async def measure(gateways: dict[str, Gateway], args: argparse.Namespace) -> list[dict[str, Any]]:
-    clients = {}
-    for label, gateway in gateways.items():
-        clients[label] = Client(*await asyncio.open_connection("127.0.0.1", gateway.port))
+class HttpSide:
+    """A gateway (or the bare relay) over one keep-alive HTTP/1.1 connection."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    @classmethod
+    async def connect(cls, server: Gateway) -> HttpSide:
+        return cls(Client(*await asyncio.open_connection("127.0.0.1", server.port)))
+
+    async def __call__(self, endpoint: str, prompt: str, tokens: int) -> float:
+        return await self.client.ask(http_request(PATHS[endpoint], prompt, tokens))
+
+    async def close(self) -> None:
+        self.client.writer.close()
+
+
+class FloorSide:
+    """Straight to Triton with ``tritonclient.grpc.aio``, one stream per request, the inputs the
+    gateway's vLLM contract sends (the prompt as it is: the floor renders no template). TTFT is
+    to the first response that carries text."""
+
+    def __init__(self, grpc_url: str) -> None:
+        import tritonclient.grpc.aio as grpcclient
+
+        self.grpcclient = grpcclient
+        self.client = grpcclient.InferenceServerClient(grpc_url)
+
+    def _tensor(self, name: str, value: Any, dtype: str) -> Any:
+        import numpy as np
+
+        item = self.grpcclient.InferInput(name, [1], dtype)
+        item.set_data_from_numpy(np.array([value], dtype=np.object_ if dtype == "BYTES" else np.bool_))
+        return item
+
+    async def __call__(self, endpoint: str, prompt: str, tokens: int) -> float:
+        tensor = self._tensor
+        inputs = [
+            tensor("text_input", prompt.encode(), "BYTES"),
+            tensor("stream", True, "BOOL"),
+            tensor("sampling_parameters", json.dumps({"max_tokens": tokens}).encode(), "BYTES"),
+            tensor("exclude_input_in_output", True, "BOOL"),
+            tensor("return_finish_reason", True, "BOOL"),
+            tensor("return_num_input_tokens", True, "BOOL"),
+            tensor("return_num_output_tokens", True, "BOOL"),
+        ]
+
+        async def one_request() -> Any:
+            yield {"model_name": "firehose", "inputs": inputs}
+
+        start = time.perf_counter()
+        first = 0.0
+        async for result, error in self.client.stream_infer(one_request()):
+            if error is not None:
+                raise RuntimeError(f"floor: {error}")
+            response = result.get_response()
+            if not first:
+                for index, output in enumerate(response.outputs):
+                    if output.name == "text_output" and len(response.raw_output_contents[index]) > 4:
+                        first = time.perf_counter()
+            if response.parameters["triton_final_response"].bool_param:
+                break
+        return first - start
+
+    async def close(self) -> None:
+        await self.client.close()
+
+
+Side = HttpSide | FloorSide
+
+
+async def alternate(
+    sides: dict[str, Side], endpoint: str, prompt: str, tokens: int, *, requests: int, pause: float = 0.0
+) -> dict[str, list[float]]:
+    """Every side answers the same request in turn, the order reversed every round (A B C, C B A,
+    ...), ``pause`` seconds of quiet before each: each side's seconds to the first token."""
+    labels = list(sides)
+    ttft: dict[str, list[float]] = {label: [] for label in labels}
+    for i in range(requests):
+        for label in labels if i % 2 == 0 else labels[::-1]:
+            if pause:
+                await asyncio.sleep(pause)
+            ttft[label].append(await sides[label](endpoint, prompt, tokens))
+    return ttft
+
+
+async def measure(
+    gateways: dict[str, Gateway], args: argparse.Namespace, grpc_url: str | None = None
+) -> list[dict[str, Any]]:
+    """``alternate`` over the gateways (and the floor, with ``grpc_url``), with each gateway's CPU
+    per request."""
+    sides: dict[str, Side] = {label: await HttpSide.connect(gateway) for label, gateway in gateways.items()}
+    if grpc_url is not None:
+        sides["floor"] = FloorSide(grpc_url)
+    from request_path import prompt_text  # imports the gateway: not for big_prompts, which imports this
+
     rows = []
     for endpoint in [e.strip() for e in args.endpoints.split(",") if e.strip()]:
-        request = http_request(PATHS[endpoint], prompt_text(args.prompt_bytes), args.tokens)
-        labels = list(gateways)
-        for _ in range(args.warmup):
-            for label in labels:
-                await clients[label].ask(request)
-        ttft: dict[str, list[float]] = {label: [] for label in labels}
-        cpu_before = {label: user_and_system_seconds(gateways[label].pid) for label in labels}
-        for i in range(args.requests):
-            for label in labels if i % 2 == 0 else labels[::-1]:
-                ttft[label].append(await clients[label].ask(request))
-        for label in labels:
-            user, system = user_and_system_seconds(gateways[label].pid)
-            user = (user - cpu_before[label][0]) / args.requests
-            system = (system - cpu_before[label][1]) / args.requests
+        prompt = prompt_text(args.prompt_bytes)
+        await alternate(sides, endpoint, prompt, args.tokens, requests=args.warmup)
+        cpu_before = {label: user_and_system_seconds(gateway.pid) for label, gateway in gateways.items()}
+        ttft = await alternate(sides, endpoint, prompt, args.tokens, requests=args.requests, pause=args.pause)
+        cpu_after = {label: user_and_system_seconds(gateway.pid) for label, gateway in gateways.items()}
+        for label in sides:
+            user = system = float("nan")
+            if label in gateways:
+                user = (cpu_after[label][0] - cpu_before[label][0]) / args.requests
+                system = (cpu_after[label][1] - cpu_before[label][1]) / args.requests
             times = sorted(ttft[label])
             row = {
                 "endpoint": endpoint,
@@ -128,7 +222,26 @@ async def measure(gateways: dict[str, Gateway], args: argparse.Namespace) -> lis
                 f"(p10 {row['ttft_p10_ms']:.3f}, p90 {row['ttft_p90_ms']:.3f}); CPU {row['cpu_us_per_request']:.0f} µs "
                 f"(user {row['user_us_per_request']:.0f}, kernel {row['system_us_per_request']:.0f})"
             )
+    for side in sides.values():
+        await side.close()
     return rows
+
+
+def sides_table(rows: list[dict[str, Any]]) -> str:
+    """Each side's TTFT, and what it adds over the floor's in the same rounds."""
+    out = [
+        "| endpoint | side | TTFT p50 (ms) | p10 | p90 | p50 over the floor's (ms) | CPU per request (µs) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    floors = {r["endpoint"]: r["ttft_p50_ms"] for r in rows if r["gateway"] == "floor"}
+    for r in rows:
+        floor = floors.get(r["endpoint"])
+        added = "—" if floor is None or r["gateway"] == "floor" else f"{r['ttft_p50_ms'] - floor:+.2f}"
+        cpu = r["cpu_us_per_request"]
+        cells = [f"{r[k]:.2f}" for k in ("ttft_p50_ms", "ttft_p10_ms", "ttft_p90_ms")]
+        cpu_cell = "—" if cpu != cpu else f"{cpu:.0f}"
+        out.append(f"| {r['endpoint']} | {r['gateway']} | " + " | ".join(cells) + f" | {added} | {cpu_cell} |")
+    return "\n".join(out)
 
 
 def table(rows: list[dict[str, Any]], trees: dict[str, Path]) -> str:
@@ -153,7 +266,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
-    parser.add_argument("--against", type=Path, required=True, help="the tree whose gateway is 'before'")
+    parser.add_argument("--against", type=Path, default=None, help="the tree whose gateway is 'before'")
+    parser.add_argument("--relay", action="store_true", help="add relay_floor.py, the bare relay, as a side")
+    parser.add_argument("--pause", type=float, default=0.0, help="seconds of quiet before each measured request")
+    parser.add_argument("--floor", action="store_true", help="add the floor, gRPC straight to Triton, as a side")
     parser.add_argument("--gateway-root", type=Path, default=BENCH.parent, help="the tree whose gateway is 'after'")
     parser.add_argument("--requests", type=int, default=1000, help="measured requests per gateway and endpoint")
     parser.add_argument("--warmup", type=int, default=50, help="requests per gateway before measuring")
@@ -163,7 +279,9 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=None, help="write the rows as JSON here")
     args = parser.parse_args()
     exit_on_sigterm()
-    trees = {"before": args.against.resolve(), "after": args.gateway_root.resolve()}
+    trees = {"after": args.gateway_root.resolve()}
+    if args.against is not None:
+        trees = {"before": args.against.resolve(), **trees}
     work = Path(tempfile.mkdtemp(prefix="gw-ttft-ab-"))
     log("starting tritonserver")
     triton = start_triton(work / "tritonserver.log")
@@ -172,12 +290,15 @@ def main() -> None:
         for label, root in trees.items():
             repositories = f"--model-repository={REFERENCE_REPOSITORY},{TEST_REPOSITORY}"
             gateways[label] = start_gateway(triton.grpc_url, work / f"gateway-{label}.log", [repositories], root=root)
-        rows = asyncio.run(measure(gateways, args))
+        if args.relay:
+            relay = [sys.executable, str(BENCH / "relay_floor.py")]
+            gateways["relay"] = start_gateway(triton.grpc_url, work / "relay.log", [], program=relay)
+        rows = asyncio.run(measure(gateways, args, triton.grpc_url if args.floor else None))
     finally:
         for gateway in gateways.values():
             gateway.stop()
         triton.stop()
-    print(table(rows, trees))
+    print(table(rows, trees) if "before" in trees else sides_table(rows))
     if args.output is not None:
         args.output.write_text(json.dumps({"trees": {k: str(v) for k, v in trees.items()}, "rows": rows}, indent=2))
 
