@@ -38,6 +38,10 @@ class ModelLimits(BaseModel):
     otherwise. Set false for a copy of the vLLM backend's ``model.py`` run as ``backend: "python"``."""
 
 
+_NO_OVERRIDE = ModelLimits()
+"""A model without overrides: every limit is the global one (read, never changed)."""
+
+
 class ModelFiles(BaseModel):
     """Per-model overrides of what the model repository says (unset: what ``model.json`` names)."""
 
@@ -310,7 +314,7 @@ class Settings(BaseSettings):
 
     def limits_for(self, model: str) -> tuple[int, int, int | None]:
         """(max_concurrent_requests, max_queue_size, max_tokens_limit) for ``model``."""
-        override = self.model_limits.get(model, ModelLimits())
+        override = self.model_limits.get(model, _NO_OVERRIDE)
         return (
             self.max_concurrent_requests
             if override.max_concurrent_requests is None

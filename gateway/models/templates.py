@@ -91,7 +91,12 @@ class ChatTemplate:
     def __init__(self, source: str, special_tokens: Mapping[str, Any] | None = None) -> None:
         self.source = source
         """The template's text: its markers tell which tool-call format the model was trained on."""
-        self._template = _environment().from_string(source)
+        template = _environment().from_string(source)
+        # jinja keeps a template's globals as a ChainMap over its environment's, which every render
+        # copies key by key in Python (~5 µs of a ~25 µs render). Nothing changes either after
+        # loading, so the template gets a plain dict of the same globals.
+        template.globals = dict(template.globals)
+        self._template = template
         self._special_tokens = dict(special_tokens or {})
 
     @classmethod

@@ -83,3 +83,15 @@ def test_template_cannot_escape_sandbox() -> None:
     template = ChatTemplate("{{ messages.__class__.__mro__ }}")
     with pytest.raises(InvalidRequestError):
         template.render([{"role": "user", "content": "x"}])
+
+
+def test_template_sees_every_global_on_every_render() -> None:
+    """The globals HF templates use, ours and jinja's own, on a first render and a later one (a
+    template's globals are copied into a plain dict once, at loading)."""
+    source = (
+        "{% set ns = namespace(n=0) %}{% for i in range(3) %}{% set ns.n = ns.n + i %}{% endfor %}"
+        "{{ ns.n }} {{ strftime_now('%Y') | length }} {{ bos_token }}{{ messages[0]['content'] }}"
+    )
+    template = ChatTemplate(source, {"bos_token": "<s>"})
+    for text in ("a", "b"):
+        assert template.render([{"role": "user", "content": text}]) == f"3 4 <s>{text}"
