@@ -397,7 +397,11 @@ class Bench:
                     await side.close()
 
         log(f"  chat c=1, {args.alternating_requests} requests per side in turn")
-        ttft = asyncio.run(run())
+        try:
+            ttft = asyncio.run(run())
+        except Exception as exc:  # noqa: BLE001 - Triton dying mid-run: say so, keep the windows' figures
+            log(f"  the requests in turn failed: {type(exc).__name__}: {exc}")
+            return {"requests": args.alternating_requests, "error": f"{type(exc).__name__}: {exc}"}
         out: dict[str, Any] = {side: statistics.median(times) * 1e3 for side, times in ttft.items()}
         out["requests"] = args.alternating_requests
         out["added_ttft_p50_ms"] = out["gateway"] - out["floor"]
@@ -480,7 +484,7 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
                 value is not None and value <= 1,
             )
             alternating = level.get("alternating")
-            if alternating:
+            if alternating and "error" not in alternating:
                 value = alternating["added_ttft_p50_ms"]
                 add(
                     f"same, {alternating['requests']} requests per side in turn (ms)",
@@ -556,7 +560,9 @@ def markdown(result: dict[str, Any]) -> str:
         )
     for level in result["chat"]:
         alternating = level.get("alternating")
-        if alternating:
+        if alternating and "error" in alternating:
+            lines += ["", f"At c={level['concurrency']}, the requests in turn failed: {alternating['error']}"]
+        elif alternating:
             sides = [side for side in ("floor", "gateway", "relay") if side in alternating]
             lines += [
                 "",

@@ -81,19 +81,26 @@ class Client:
 
     async def ask(self, request: bytes) -> float:
         """Seconds from sending to the first token's bytes (``"tok `` in a chunk's JSON: firehose's
-        token, never in a usage chunk's ``prompt_tokens``)."""
+        token, never in a usage chunk's ``prompt_tokens``). Raises on an answer other than a whole
+        stream (a status other than 200, an error event instead of ``[DONE]``)."""
         start = time.perf_counter()
         self.writer.write(request)
         seen = b""
         first = 0.0
+        done = False
         while True:
             data = await self.reader.read(65536)
             if not data:
-                raise RuntimeError("the gateway closed the connection")
+                raise RuntimeError("the server closed the connection")
+            if not seen and not data.startswith(b"HTTP/1.1 200 "):
+                raise RuntimeError(f"the server answered {data[:300]!r}")
             seen = seen[-16:] + data
             if not first and b'"tok ' in seen:
                 first = time.perf_counter()
-            if seen.endswith(b"0\r\n\r\n") and b"[DONE]" in seen:
+            done = done or b"[DONE]" in seen
+            if seen.endswith(b"\r\n0\r\n\r\n"):  # the chunked body's last chunk
+                if not (first and done):
+                    raise RuntimeError(f"the stream ended without {'[DONE]' if first else 'a token'}: {seen!r}")
                 return first - start
 
 
