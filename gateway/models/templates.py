@@ -93,7 +93,7 @@ class ChatTemplate:
         """The template's text: its markers tell which tool-call format the model was trained on."""
         template = _environment().from_string(source)
         # jinja keeps a template's globals as a ChainMap over its environment's, which every render
-        # copies key by key in Python (half of a ~23 µs render, hot). Nothing changes either after
+        # copies key by key in Python (about half of a render, hot). Nothing changes either after
         # loading, so the template gets a plain dict of the same globals.
         template.globals = dict(template.globals)
         self._template = template
