@@ -174,6 +174,27 @@ class Window:
         record.last = now
 
 
+def floor_inputs(grpcclient: Any, prompt: str, sampling: dict[str, Any], stream: bool = True) -> list[Any]:
+    """The floor's ``ModelStreamInfer`` inputs (``grpcclient``: ``tritonclient.grpc.aio``): what the
+    gateway's vLLM contract sends for one sequence, with the prompt as it is (no template)."""
+    import numpy as np
+
+    def tensor(name: str, value: Any, dtype: str) -> Any:
+        item = grpcclient.InferInput(name, [1], dtype)
+        item.set_data_from_numpy(np.array([value], dtype=np.object_ if dtype == "BYTES" else np.bool_))
+        return item
+
+    return [
+        tensor("text_input", prompt.encode(), "BYTES"),
+        tensor("stream", stream, "BOOL"),
+        tensor("sampling_parameters", json.dumps(sampling).encode(), "BYTES"),
+        tensor("exclude_input_in_output", True, "BOOL"),
+        tensor("return_finish_reason", True, "BOOL"),
+        tensor("return_num_input_tokens", True, "BOOL"),
+        tensor("return_num_output_tokens", True, "BOOL"),
+    ]
+
+
 # --------------------------------------------------------------------------- HTTP/1.1 client
 
 
@@ -480,28 +501,12 @@ class Runner:
 
     # ---- floor (gRPC straight to Triton)
     async def floor_users(self, window: Window, stop_at: float) -> None:
-        import numpy as np
         import tritonclient.grpc.aio as grpcclient
 
         spec = self.spec
         client = grpcclient.InferenceServerClient(spec["grpc_url"])
         sampling = {"max_tokens": spec["max_tokens"], **(spec.get("sampling") or {})}
-
-        def tensor(name: str, value: Any, dtype: str) -> Any:
-            arr = np.array([value], dtype=np.object_ if dtype == "BYTES" else np.bool_)
-            item = grpcclient.InferInput(name, [1], dtype)
-            item.set_data_from_numpy(arr)
-            return item
-
-        inputs = [
-            tensor("text_input", spec["prompt"].encode(), "BYTES"),
-            tensor("stream", spec["stream"], "BOOL"),
-            tensor("sampling_parameters", json.dumps(sampling).encode(), "BYTES"),
-            tensor("exclude_input_in_output", True, "BOOL"),
-            tensor("return_finish_reason", True, "BOOL"),
-            tensor("return_num_input_tokens", True, "BOOL"),
-            tensor("return_num_output_tokens", True, "BOOL"),
-        ]
+        inputs = floor_inputs(grpcclient, spec["prompt"], sampling, stream=spec["stream"])
         token_chars = len(spec.get("token_text") or "")
         model = spec["model"]
 

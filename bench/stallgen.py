@@ -27,7 +27,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from loadgen import HttpError, Record, SseProtocol, Window, percentile, read_spec  # noqa: E402
+from loadgen import HttpError, Record, SseProtocol, Window, floor_inputs, percentile, read_spec  # noqa: E402
 
 
 class TimedWindow(Window):
@@ -123,23 +123,7 @@ class FloorTarget:
         self.client = grpcclient.InferenceServerClient(spec["grpc_url"])
 
     def _inputs(self, prompt: str, max_tokens: int) -> list[Any]:
-        import numpy as np
-
-        def tensor(name: str, value: Any, dtype: str) -> Any:
-            arr = np.array([value], dtype=np.object_ if dtype == "BYTES" else np.bool_)
-            item = self.grpc.InferInput(name, [1], dtype)
-            item.set_data_from_numpy(arr)
-            return item
-
-        return [
-            tensor("text_input", prompt.encode(), "BYTES"),
-            tensor("stream", True, "BOOL"),
-            tensor("sampling_parameters", json.dumps({"max_tokens": max_tokens}).encode(), "BYTES"),
-            tensor("exclude_input_in_output", True, "BOOL"),
-            tensor("return_finish_reason", True, "BOOL"),
-            tensor("return_num_input_tokens", True, "BOOL"),
-            tensor("return_num_output_tokens", True, "BOOL"),
-        ]
+        return floor_inputs(self.grpc, prompt, {"max_tokens": max_tokens})
 
     async def _call(self, model: str, inputs: list[Any], on_token: Any) -> None:
         async def one() -> Any:

@@ -47,7 +47,7 @@ from common import (  # noqa: E402
     start_gateway,
     start_triton,
 )
-from loadgen import CLK_TCK  # noqa: E402
+from loadgen import CLK_TCK, floor_inputs  # noqa: E402
 
 PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
@@ -132,24 +132,8 @@ class FloorSide:
         self.grpcclient = grpcclient
         self.client = grpcclient.InferenceServerClient(grpc_url)
 
-    def _tensor(self, name: str, value: Any, dtype: str) -> Any:
-        import numpy as np
-
-        item = self.grpcclient.InferInput(name, [1], dtype)
-        item.set_data_from_numpy(np.array([value], dtype=np.object_ if dtype == "BYTES" else np.bool_))
-        return item
-
     async def __call__(self, endpoint: str, prompt: str, tokens: int) -> float:
-        tensor = self._tensor
-        inputs = [
-            tensor("text_input", prompt.encode(), "BYTES"),
-            tensor("stream", True, "BOOL"),
-            tensor("sampling_parameters", json.dumps({"max_tokens": tokens}).encode(), "BYTES"),
-            tensor("exclude_input_in_output", True, "BOOL"),
-            tensor("return_finish_reason", True, "BOOL"),
-            tensor("return_num_input_tokens", True, "BOOL"),
-            tensor("return_num_output_tokens", True, "BOOL"),
-        ]
+        inputs = floor_inputs(self.grpcclient, prompt, {"max_tokens": tokens})
 
         async def one_request() -> Any:
             yield {"model_name": "firehose", "inputs": inputs}
