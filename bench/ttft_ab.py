@@ -16,10 +16,14 @@ change. TTFT is the time from the request's first byte to the first token's byte
 request, as ``big_prompts.py``'s floor). With them, the TTFT the gateway adds over the floor at
 c=1 is measured request by request rather than in windows seconds apart, and the relay's TTFT says
 how much of it any Python relay pays. The floor's TTFT is to the first response carrying text.
+Without ``--against`` the gateway of this tree is the only gateway side. ``--pause S`` leaves S
+seconds of quiet before each request: the box then serves it as it serves the first request after
+a long stream, with cold caches and a core waking up.
 
     .venv/bin/python bench/ttft_ab.py --against /tmp/base
     .venv/bin/python bench/ttft_ab.py --against /tmp/base --requests 2000 --endpoints chat
     .venv/bin/python bench/ttft_ab.py --relay --floor --endpoints chat --tokens 1000 --prompt-bytes 10000
+    .venv/bin/python bench/ttft_ab.py --relay --floor --endpoints chat --prompt-bytes 10000 --pause 0.05
 """
 
 from __future__ import annotations
