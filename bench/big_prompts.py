@@ -567,7 +567,7 @@ def markdown(result: dict[str, Any]) -> str:
             lines += [
                 "",
                 f"At c={level['concurrency']}, {alternating['requests']} requests per side answered in turn "
-                f"(floor, gateway, relay, then back): TTFT p50 "
+                f"({', '.join(sides)}, then back): TTFT p50 "
                 + " / ".join(f"{side} {fmt(alternating[side], 2)}" for side in sides)
                 + f" ms; the gateway adds {fmt(alternating['added_ttft_p50_ms'], 2)} ms.",
             ]
