@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import statistics
 import sys
 import tempfile
@@ -234,7 +235,7 @@ def sides_table(rows: list[dict[str, Any]]) -> str:
         added = "—" if floor is None or r["gateway"] == "floor" else f"{r['ttft_p50_ms'] - floor:+.2f}"
         cpu = r["cpu_us_per_request"]
         cells = [f"{r[k]:.2f}" for k in ("ttft_p50_ms", "ttft_p10_ms", "ttft_p90_ms")]
-        cpu_cell = "—" if cpu != cpu else f"{cpu:.0f}"
+        cpu_cell = "—" if math.isnan(cpu) else f"{cpu:.0f}"  # no CPU figure for the floor
         out.append(f"| {r['endpoint']} | {r['gateway']} | " + " | ".join(cells) + f" | {added} | {cpu_cell} |")
     return "\n".join(out)
 
