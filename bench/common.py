@@ -135,10 +135,12 @@ def start_gateway(
     extra_args: list[str],
     root: Path | None = None,
     program: list[str] | None = None,
+    ready_within: float = 60.0,
 ) -> Gateway:
     """A gateway process; ``root``: run the ``gateway`` package of another tree (a checkout of the
     code before a change, for before/after runs on the same Triton); ``program``: run this instead
-    of ``python -m gateway`` with the same flags (``relay_floor.py``)."""
+    of ``python -m gateway`` with the same flags (``relay_floor.py``, or either under valgrind, whose
+    start takes longer than ``ready_within``'s default)."""
     from gateway.triton_launcher import free_port
 
     port = free_port()
@@ -162,7 +164,7 @@ def start_gateway(
         command, stdout=handle, stderr=subprocess.STDOUT, cwd=root or ROOT, env=env
     )
     gateway = Gateway(process, port, log_file)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + ready_within
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"gateway exited early:\n{log_file.read_text(errors='replace')[-3000:]}")
