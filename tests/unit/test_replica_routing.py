@@ -119,6 +119,22 @@ def test_affinity_routes_by_session_then_prefix_then_load() -> None:
     assert unkeyed is not None and unkeyed.route is Route.LEAST_LOADED and unkeyed.replica is members[2]
 
 
+def test_a_lone_replica_skips_the_prefix_route_until_a_second_one_is_known() -> None:
+    lone = [Member("a:1")]
+    router = Router(Policy.AFFINITY, prefix_chars=4096, load_factor=1.25)
+    router.set_members(lone)
+    prompt = "S" * 600 + "question"
+    routes = [router.choose(None, prompt, lone).route for _ in range(2)]  # type: ignore[union-attr]
+    assert routes == [Route.LEAST_LOADED, Route.LEAST_LOADED]  # not remembered: no prefix hit either time
+    assert router.choose("conversation-1", prompt, lone).route is Route.SESSION  # type: ignore[union-attr]
+    pair = [*lone, Member("b:1")]
+    router.set_members(pair)
+    first = router.choose(None, prompt, pair)
+    assert first is not None and first.route is Route.LEAST_LOADED  # nothing remembered from the lone time
+    again = router.choose(None, prompt, pair)
+    assert again is not None and (again.route, again.replica) == (Route.PREFIX, first.replica)
+
+
 def test_prefix_policy_ignores_the_session_key_and_round_robin_takes_turns() -> None:
     members = [Member("a:1"), Member("b:1"), Member("c:1")]
     prefix = Router(Policy.PREFIX, 4096, 1.25)
