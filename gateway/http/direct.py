@@ -5,10 +5,12 @@ cost per request, which a client sees as added time to first token. In one proce
 (``bench/request_path.py``), FastAPI spent ~110 µs of a ~290 µs request between its router and
 the handler: it matches the path against every route, opens two exit stacks and telemetry hooks,
 parses the content type as an e-mail header, parses the body, and solves the dependencies.
-``DirectRoutes`` does only what these routes need. It reads the body, parses it and validates it
-(``parse_body``), then calls the handler with the app's ``Components``. The handler is the same
-function the FastAPI route declares. Errors are answered by the handlers ``http.errors`` installs,
-so clients get the same answers, in the same words and with the same statuses.
+``DirectRoutes`` does only what these routes need. It reads the body from ``receive`` itself
+(``read_body``: Starlette's ``Request.body`` runs an async generator and an exit stack for it),
+parses it and validates it (``parse_body``), then calls the handler with the app's
+``Components``. The handler is the same function the FastAPI route declares. Errors are answered
+by the handlers ``http.errors`` installs, so clients get the same answers, in the same words and
+with the same statuses.
 
 The FastAPI routes stay declared. They give the OpenAPI document, and they answer every other
 method and path (a GET is a 405, a trailing slash a redirect). A request whose path is not one of
@@ -59,6 +61,20 @@ DIRECT_ROUTES: Mapping[str, DirectRoute[Any]] = {
 }
 
 
+async def read_body(receive: Receive) -> bytes:
+    """The request's whole body, as ``Request.body`` reads it; ``unreadable_body`` if the client
+    left while sending it (``Request.body`` raises ``ClientDisconnect`` there, answered the same).
+    Nothing reads the body again: the handlers take the parsed model."""
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            raise unreadable_body()
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
 def parse_body(raw: bytes, content_type: str | None, model: type[M]) -> M:
     """The request body as ``model``, refused as FastAPI refuses it for a route that takes it.
     The ``http.errors`` handlers then word the refusal: a body not sent as JSON, an empty one, one
@@ -107,7 +123,7 @@ class DirectRoutes:
         request = Request(scope, receive, send)
         try:
             try:
-                raw = await request.body()
+                raw = await read_body(receive)
             except Exception:  # the client left while sending it
                 raise unreadable_body() from None
             body = parse_body(raw, request.headers.get("content-type"), route.model)

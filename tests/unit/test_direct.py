@@ -21,7 +21,7 @@ from prometheus_client import generate_latest
 from gateway.app import create_app
 from gateway.config import Settings
 from gateway.errors import InvalidRequestError
-from gateway.http.direct import DIRECT_ROUTES, parse_body
+from gateway.http.direct import DIRECT_ROUTES, parse_body, read_body
 from gateway.http.routes import chat, completions, responses
 from gateway.openai.schemas import ChatCompletionRequest, CompletionRequest
 from tests.fakes import ScriptedBackend, text_chunks
@@ -93,6 +93,26 @@ def test_json_is_read_as_the_stdlib_reads_it() -> None:
     assert body.max_tokens == 3
     message = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'
     assert parse_body(message, JSON, ChatCompletionRequest).messages[0].content == "hi"
+
+
+def receiving(*messages: dict[str, Any]) -> Any:
+    queue = list(messages)
+
+    async def receive() -> dict[str, Any]:
+        return queue.pop(0)
+
+    return receive
+
+
+async def test_the_body_is_read_whole_from_its_pieces_and_a_client_leaving_while_sending_is_a_400() -> None:
+    pieces = [b'{"model": ', b"", b'"m"}']
+    whole = receiving(*({"type": "http.request", "body": p, "more_body": i < 2} for i, p in enumerate(pieces)))
+    assert await read_body(whole) == b'{"model": "m"}'
+    assert await read_body(receiving({"type": "http.request"})) == b""
+    left = receiving({"type": "http.request", "body": b'{"mo', "more_body": True}, {"type": "http.disconnect"})
+    with pytest.raises(InvalidRequestError) as info:
+        await read_body(left)
+    assert (info.value.status_code, info.value.message) == (400, "There was an error parsing the body")
 
 
 # -- the client leaving ---------------------------------------------------------------------------
