@@ -168,6 +168,7 @@ _SSE_HEADERS = (
     (b"connection", b"keep-alive"),
 )
 """Every stream's headers, encoded once."""
+_SSE_NAMES = frozenset(name for name, _ in _SSE_HEADERS)
 
 
 def sse_response(
@@ -182,6 +183,9 @@ def sse_response(
     name replaces the stream's own)."""
     if not headers:
         return SSEResponse(frames, ping_interval, list(_SSE_HEADERS), watch, coalesce_interval)
+    extra = encode_headers(headers)
+    if _SSE_NAMES.isdisjoint([name for name, _ in extra]):  # the usual case: the replica's headers
+        return SSEResponse(frames, ping_interval, [*_SSE_HEADERS, *extra], watch, coalesce_interval)
     merged = {name.decode(): value.decode() for name, value in _SSE_HEADERS} | dict(headers)
     return SSEResponse(frames, ping_interval, encode_headers(merged), watch, coalesce_interval)
 

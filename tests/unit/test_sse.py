@@ -91,6 +91,17 @@ async def test_each_frame_is_one_send_then_an_empty_last_body() -> None:
     assert frames.closed
 
 
+def test_extra_headers_follow_the_streams_own_and_a_lowercase_name_replaces_one_in_its_place() -> None:
+    frames = Frames([])
+    own = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
+    own += [(b"x-accel-buffering", b"no"), (b"connection", b"keep-alive")]
+    plain = sse_response(frames, ping_interval=1.0, headers={"X-Gateway-Route": "prefix", "x-b": "2"})  # type: ignore[arg-type]
+    assert plain.raw_headers == [*own, (b"x-gateway-route", b"prefix"), (b"x-b", b"2")]
+    replaced = sse_response(frames, ping_interval=1.0, headers={"x-b": "2", "cache-control": "no-store"})  # type: ignore[arg-type]
+    assert replaced.raw_headers == [own[0], (b"cache-control", b"no-store"), *own[2:], (b"x-b", b"2")]
+    assert sse_response(frames, ping_interval=1.0).raw_headers == own  # type: ignore[arg-type]
+
+
 async def test_a_last_frame_said_so_ends_the_body_itself() -> None:
     frames = Frames([b"data: a\n\n", DONE_FRAME], says_last=True)
     sent, _ = await serve(frames)
