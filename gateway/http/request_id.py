@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import os
 import re
-import uuid
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -30,7 +30,9 @@ class RequestIdMiddleware:
             if name == b"x-request-id":
                 incoming = value.decode("latin-1")
                 break
-        request_id = incoming if _REQUEST_ID_OK.match(incoming) else uuid.uuid4().hex
+        # 32 random hex digits, as ``uuid4().hex`` gave but for its version digits: ``uuid4`` builds a
+        # ``UUID`` in Python (~2.5 µs, two per request on the path to Triton; this is ~0.5).
+        request_id = incoming if _REQUEST_ID_OK.match(incoming) else os.urandom(16).hex()
         state = scope.setdefault("state", {})
         state["request_id"] = request_id
         request_id_var.set(request_id)

@@ -8,8 +8,8 @@ plan; the HTTP edge encodes its result.
 
 from __future__ import annotations
 
+import os
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -135,7 +135,7 @@ def _plan(
         stream=body.stream,
         model_id=body.model,
         adapter=resolved.adapter,
-        completion_id=f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}",
+        completion_id=f"{'chatcmpl' if chat else 'cmpl'}-{os.urandom(16).hex()}",  # as request_id's
         created=int(time.time()),
         n=body.n,
         stops=tuple(stop_list(body.stop)),
