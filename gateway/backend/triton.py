@@ -32,7 +32,7 @@ from gateway.backend.contracts.trtllm import (
     is_trtllm,
     parse_trtllm_outputs,
 )
-from gateway.backend.contracts.vllm import build_infer_request, parse_vllm_outputs, vllm_outputs_plan
+from gateway.backend.contracts.vllm import infer_request_bytes, parse_vllm_outputs, vllm_outputs_plan
 from gateway.backend.handoff import HandOffStream
 from gateway.backend.stream_messages import StreamReader
 from gateway.backend.transport.aio import AioTransport
@@ -298,8 +298,10 @@ class TritonStream(HandOffStream):
             raise self._failed(BackendUnavailableError("the Triton client is not started"))
         ensemble = is_trtllm(request.inputs)
         message = (
-            build_trtllm_request(request, request.inputs) if ensemble else build_infer_request(request)
-        ).SerializeToString()
+            build_trtllm_request(request, request.inputs).SerializeToString()
+            if ensemble
+            else infer_request_bytes(request)
+        )
         retried = False
         while True:
             reader = trtllm_reader() if ensemble else vllm_reader()

@@ -17,7 +17,12 @@ from tritonclient.grpc import service_pb2
 from tritonclient.utils import serialize_byte_tensor
 
 from gateway.backend.contracts.tensors import describe_outputs, pack_bytes, split_bytes
-from gateway.backend.contracts.vllm import build_infer_request, parse_vllm_outputs, vllm_outputs_plan
+from gateway.backend.contracts.vllm import (
+    build_infer_request,
+    infer_request_bytes,
+    parse_vllm_outputs,
+    vllm_outputs_plan,
+)
 from gateway.backend.types import GenerationChunk, GenerationRequest
 from gateway.errors import BackendError
 
@@ -359,6 +364,35 @@ def request_tensors(**kwargs: Any) -> tuple[Any, dict[str, tuple[str, list[int],
     sent = {t.name: (t.datatype, list(t.shape), raw) for t, raw in pairs}
     assert len(sent) == len(infer.inputs), "a tensor is sent twice"
     return infer, sent
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300)
+@given(
+    model=st.text(max_size=40),
+    request_id=st.text(max_size=200),
+    prompt=st.text() | st.text(min_size=150, max_size=300).map(lambda t: t * 60),  # lengths past 2, 3 varint bytes
+    sampling=st.dictionaries(st.text(max_size=12), json_values, max_size=6),
+    stream=st.booleans(),
+    logprobs=st.booleans(),
+)
+def test_the_request_bytes_are_protobufs_own(
+    model: str, request_id: str, prompt: str, sampling: dict[str, Any], stream: bool, logprobs: bool
+) -> None:
+    request = GenerationRequest(request_id, model, prompt, sampling, stream=stream, return_logprobs=logprobs)
+    assert infer_request_bytes(request) == build_infer_request(request).SerializeToString()
+
+
+@pytest.mark.parametrize("size", [0, 123, 124, 16379, 16380, 2**21 - 4, 2**21])
+def test_the_request_bytes_are_protobufs_own_at_every_length_prefix_size(size: int) -> None:
+    request = GenerationRequest("r" * (size % 300), "m", "p" * size, {"max_tokens": 1, "stop": ["s" * (size % 200)]})
+    assert infer_request_bytes(request) == build_infer_request(request).SerializeToString()
 
 
 def test_request_carries_model_id_and_every_tensor_of_the_contract() -> None:
