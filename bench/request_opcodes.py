@@ -1,0 +1,179 @@
+"""Python bytecodes run per request by the running gateway (or the bare relay) on a real Triton,
+by function and by package.
+
+``request_instructions.py`` counts machine instructions, which weigh a tight C loop (a JSON
+string scanned, a prompt hashed or copied) as much as the interpreter's work, though on this box
+the C loop runs several instructions a cycle and the interpreter one every few: cutting 30 % of a
+request's instructions moved its TTFT by 0.09 ms (PERFORMANCE, "Fifteenth session"). The
+bytecodes the interpreter dispatches, and the functions they belong to, are the better guide to
+what a request costs in time here. The server runs under ``sys.settrace`` with opcode events from
+``SIGUSR1`` to ``SIGUSR2`` on its event loop's thread, which is where a request's Python runs
+(the tokenizer's threads are not counted). The counts are exact and the same from run to run;
+the times are not measured (tracing slows the server ~50×).
+
+    .venv/bin/python bench/request_opcodes.py
+    .venv/bin/python bench/request_opcodes.py --relay --endpoint completions --top 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import os
+import runpy
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+
+
+def serve(out: Path, argv: list[str]) -> None:
+    """The server's process: ``argv`` is ``python -m gateway``'s or ``relay_floor.py``'s command line."""
+    counts: collections.Counter[str] = collections.Counter()
+
+    def where(frame: FrameType) -> str:
+        code = frame.f_code
+        return f"{code.co_filename}:{code.co_firstlineno}({code.co_name})"
+
+    def trace(frame: FrameType, event: str, arg: Any) -> Any:
+        frame.f_trace_opcodes = True
+        frame.f_trace_lines = False
+        key = where(frame)
+
+        def opcode(frame: FrameType, event: str, arg: Any) -> Any:
+            if event == "opcode":
+                counts[key] += 1
+            return opcode
+
+        return opcode
+
+    def start(*_: Any) -> None:
+        counts.clear()
+        sys.settrace(trace)
+
+    def stop(*_: Any) -> None:
+        sys.settrace(None)
+        out.write_text(json.dumps(counts))
+
+    signal.signal(signal.SIGUSR1, start)
+    signal.signal(signal.SIGUSR2, stop)
+    if argv[0] == "-m":
+        sys.argv = [argv[1], *argv[2:]]
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = argv
+        sys.path.insert(0, str(Path(argv[0]).parent))
+        runpy.run_path(argv[0], run_name="__main__")
+
+
+def group(name: str) -> str:
+    """A function's package: ``gateway/<package>``, a third-party distribution, or the stdlib."""
+    path = name.rsplit(":", 1)[0]
+    if "site-packages/" in path:
+        return path.split("site-packages/", 1)[1].split("/", 1)[0]
+    if "/gateway/" in path:
+        parts = path.rsplit("/gateway/", 1)[1].split("/")
+        return "gateway/" + (parts[0] if len(parts) > 1 else parts[0].removesuffix(".py"))
+    if "/bench/" in path:
+        return "bench/" + path.rsplit("/", 1)[1]
+    return "stdlib" if path.startswith("/") else path  # <string>: dataclasses' __init__, <template>: jinja's
+
+
+def short(name: str) -> str:
+    for marker in ("site-packages/", "/gateway/", "/bench/", "/lib/python3"):
+        if marker in name:
+            head = {"/gateway/": "gateway/", "/bench/": "bench/", "/lib/python3": "python3"}.get(marker, "")
+            return head + name.split(marker, 1)[1]
+    return name
+
+
+async def ask(port: int, request: bytes, requests: int, pid: int | None) -> None:
+    from ttft_ab import Client
+
+    client = Client(*await asyncio.open_connection("127.0.0.1", port))
+    try:
+        for _ in range(10):  # warm: imports and first-use caches stay out of the count
+            await client.ask(request)
+        if pid is not None:
+            os.kill(pid, signal.SIGUSR1)
+            await asyncio.sleep(0.2)
+        for _ in range(requests):
+            await client.ask(request)
+        if pid is not None:
+            os.kill(pid, signal.SIGUSR2)
+    finally:
+        client.writer.close()
+
+
+def main() -> None:
+    if len(sys.argv) > 2 and sys.argv[1] == "--serve":
+        serve(Path(sys.argv[2]), sys.argv[3:])
+        return
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    parser.add_argument("--relay", action="store_true", help="count relay_floor.py, the bare relay, not the gateway")
+    parser.add_argument("--gateway-root", type=Path, default=BENCH.parent, help="the tree whose gateway runs")
+    parser.add_argument("--requests", type=int, default=20)
+    parser.add_argument("--endpoint", choices=("chat", "completions"), default="chat")
+    parser.add_argument("--tokens", type=int, default=1, help="tokens per request")
+    parser.add_argument("--prompt-bytes", type=int, default=10000)
+    parser.add_argument("--top", type=int, default=40, help="functions listed")
+    args = parser.parse_args()
+    sys.path.insert(0, str(BENCH.parent))
+    sys.path.insert(0, str(BENCH))
+    from common import REFERENCE_REPOSITORY, TEST_REPOSITORY, log, start_gateway, start_triton
+    from ttft_ab import PATHS, http_request
+
+    work = Path(tempfile.mkdtemp(prefix="gw-request-opcodes-"))
+    out = work / "counts.json"
+    served = [str(BENCH / "relay_floor.py")] if args.relay else ["-m", "gateway"]
+    extra = [] if args.relay else [f"--model-repository={REFERENCE_REPOSITORY},{TEST_REPOSITORY}"]
+    program = [sys.executable, __file__, "--serve", str(out), *served]
+    log("starting tritonserver")
+    triton = start_triton(work / "tritonserver.log")
+    try:
+        server = start_gateway(
+            triton.grpc_url,
+            work / "server.log",
+            extra,
+            root=None if args.relay else args.gateway_root.resolve(),
+            program=program,
+        )
+        try:
+            prompt = ("hello world " * (args.prompt_bytes // 12 + 1))[: args.prompt_bytes]
+            request = http_request(PATHS[args.endpoint], prompt, args.tokens)
+            asyncio.run(ask(server.port, request, args.requests, server.pid))
+            deadline = time.monotonic() + 30
+            while not out.exists() and time.monotonic() < deadline:
+                time.sleep(0.1)
+        finally:
+            server.stop()
+    finally:
+        triton.stop()
+    counts: dict[str, int] = json.loads(out.read_text())
+    per_request = {name: count / args.requests for name, count in counts.items()}
+    packages: collections.Counter[str] = collections.Counter()
+    for name, count in per_request.items():
+        packages[group(name)] += count
+    side = "the bare relay" if args.relay else f"the gateway of {args.gateway_root}"
+    print(f"bytecodes per request, {side}: {sum(per_request.values()):,.0f}")
+    print(f"({args.endpoint}, {args.tokens} tokens, {args.prompt_bytes} B prompt, {args.requests} requests)\n")
+    print("| package | bytecodes per request |\n|---|---:|")
+    for package, count in packages.most_common():
+        if count >= 1:
+            print(f"| {package} | {count:,.0f} |")
+    print("\n| function | bytecodes per request |\n|---|---:|")
+    for name, count in sorted(per_request.items(), key=lambda item: -item[1])[: args.top]:
+        print(f"| `{short(name)}` | {count:,.0f} |")
+
+
+if __name__ == "__main__":
+    main()
