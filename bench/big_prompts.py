@@ -174,6 +174,14 @@ def _median_of(results: list[dict[str, Any]]) -> dict[str, Any]:
     return merged
 
 
+def triton_failed(triton: Any) -> bool:
+    """Whether tritonserver died during a level: exited, or aborting. After ``double free or
+    corruption`` tritonserver 2.51 can sit in its signal handler for tens of seconds with its
+    sockets open, so its calls neither answer nor fail (a level then reads 0 tokens and 0
+    errors) and only its log tells."""
+    return not triton.running or "Signal (6) received" in triton.log_tail(80)
+
+
 class Bench:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
@@ -317,7 +325,7 @@ class Bench:
             self.gateway.stop()
             self.gateway = None
         if self.triton is not None:
-            died = not self.triton.running
+            died = triton_failed(self.triton)
             self.triton.stop()
             self.triton = None
         return died
@@ -353,7 +361,7 @@ class Bench:
                     drain_timeout=0.5,
                 )
                 assert self.triton is not None
-                if self.triton.running or attempt == 2:
+                if not triton_failed(self.triton) or attempt == 2:
                     break
                 log(f"tritonserver died during the level c={concurrency}: running it again")
                 self.triton_reruns.append(concurrency)
