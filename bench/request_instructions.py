@@ -10,7 +10,8 @@ callgrind (uvicorn, the middlewares, planning, the HTTP/2 call to Triton, the fi
 parse, assembly, the SSE bytes), on one Triton, and answers the same requests one at a time over
 one keep-alive connection. After ``--warmup`` requests the counters are zeroed, ``--requests``
 requests run, and the counts are dumped: the instructions the whole process ran for them (every
-thread), divided by their number. The same tree counts within ~1 % from run to run.
+thread), divided by their number. The same tree counted within 1-4 % from run to run (a timer or
+the catalog's refresh may fall in the window).
 
 ``--against TREE`` counts another tree's gateway too (a ``git archive`` of the commit before a
 change); ``--relay`` adds the bare relay, which does per request only what any relay must.

@@ -9,7 +9,7 @@ bytecodes the interpreter dispatches, and the functions they belong to, are the 
 what a request costs in time here. The server runs under ``sys.settrace`` with opcode events from
 ``SIGUSR1`` to ``SIGUSR2`` on its event loop's thread, which is where a request's Python runs
 (the tokenizer's threads are not counted). The counts are exact and the same from run to run;
-the times are not measured (tracing slows the server ~50×).
+the times are not measured (tracing slows the server many times over).
 
     .venv/bin/python bench/request_opcodes.py
     .venv/bin/python bench/request_opcodes.py --relay --endpoint completions --top 20
