@@ -54,7 +54,6 @@ def build_infer_request(request: GenerationRequest) -> Any:
 
 
 _BYTE = [bytes((i,)) for i in range(0x80)]
-_UINT32_PACK = struct.Struct("<I").pack
 _MODEL_NAME, _ID, _INPUTS, _RAW_CONTENTS = b"\x0a", b"\x1a", b"\x2a", b"\x3a"
 """``ModelInferRequest``'s field tags (fields 1, 3, 5 and 7, length-delimited)."""
 
@@ -100,18 +99,14 @@ def infer_request_bytes(request: GenerationRequest) -> bytes:
     descriptors, flags = _DESCRIPTORS[request.return_logprobs]
     model = request.model.encode("utf-8")
     request_id = request.request_id.encode("utf-8")
-    prompt = request.prompt.encode("utf-8")
-    sampling = orjson.dumps(dict(request.sampling))
     return b"".join(
         (
-            _MODEL_NAME + _varint(len(model)) + model if model else b"",
-            _ID + _varint(len(request_id)) + request_id if request_id else b"",
+            _length_delimited(_MODEL_NAME, model) if model else b"",
+            _length_delimited(_ID, request_id) if request_id else b"",
             descriptors,
-            _RAW_CONTENTS + _varint(len(prompt) + 4),
-            _UINT32_PACK(len(prompt)),
-            prompt,
-            _RAW_CONTENTS + b"\x01" + _bool(request.stream),
-            _RAW_CONTENTS + _varint(len(sampling) + 4) + _UINT32_PACK(len(sampling)) + sampling,
+            _length_delimited(_RAW_CONTENTS, pack_bytes(request.prompt.encode("utf-8"))),
+            _length_delimited(_RAW_CONTENTS, _bool(request.stream)),
+            _length_delimited(_RAW_CONTENTS, pack_bytes(orjson.dumps(dict(request.sampling)))),
             flags,
         )
     )
