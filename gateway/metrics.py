@@ -22,6 +22,7 @@ import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -337,12 +338,10 @@ class Metrics:
         self.replica_up_gauge = Gauge(
             "gateway_replica_up", "1 while in rotation", ["replica"], multiprocess_mode="livemax", registry=r
         )
-        self._routed: dict[tuple[str, str], Counter] = {}
-        self._affinity_hits: dict[str, Counter] = {}
-        self._in_flight: dict[str, Gauge] = {}
-        """The replica series every request moves, by label values, as ``_finished`` below:
-        ``labels()`` costs ~2 µs, and three of these are on the path to Triton. No series is ever
-        removed, so a child found here is the registry's."""
+        self._children: dict[tuple[Counter | Gauge, tuple[str, ...]], Any] = {}
+        """The replica series every request moves (``_child``), by metric and label values, as
+        ``_finished`` below: ``labels()`` costs ~2 µs, and three of these are on the path to
+        Triton. No series is ever removed, so a child found here is the registry's."""
         self._finished: dict[tuple[str, str, str, bool, int], _Series] = {}
         """``finish``'s series by (model, adapter, endpoint, stream, status): as many as the
         label sets the registry already keeps."""
@@ -353,16 +352,17 @@ class Metrics:
         else:
             r.register(_LiveGauges(admission, adapters))
 
+    def _child(self, metric: Counter | Gauge, *labels: str) -> Any:
+        key = (metric, labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
     def routed(self, replica: str, route: str, home: bool | None) -> None:
-        series = self._routed.get((replica, route))
-        if series is None:
-            series = self._routed[replica, route] = self.replica_routed.labels(replica, route)
-        series.inc()
+        self._child(self.replica_routed, replica, route).inc()
         if home:
-            hits = self._affinity_hits.get(replica)
-            if hits is None:
-                hits = self._affinity_hits[replica] = self.replica_affinity_hits.labels(replica)
-            hits.inc()
+            self._child(self.replica_affinity_hits, replica).inc()
 
     def retried(self, replica: str) -> None:
         self.replica_retries.labels(replica).inc()
@@ -374,10 +374,7 @@ class Metrics:
         self.replica_up_gauge.labels(replica).set(1 if up else 0)
 
     def replica_in_flight(self, replica: str, delta: int) -> None:
-        series = self._in_flight.get(replica)
-        if series is None:
-            series = self._in_flight[replica] = self.replica_in_flight_gauge.labels(replica)
-        series.inc(delta)
+        self._child(self.replica_in_flight_gauge, replica).inc(delta)
 
     def cancelled(self, reason: str) -> None:
         self.cancellations.labels(reason).inc()
