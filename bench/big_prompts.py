@@ -50,6 +50,7 @@ from common import (  # noqa: E402
     BENCH,
     FIREHOSE_TOKEN,
     REFERENCE_REPOSITORY,
+    RELAY_PROGRAM,
     TEST_REPOSITORY,
     exit_on_sigterm,
     firehose_spec,
@@ -311,7 +312,7 @@ class Bench:
             self.triton.grpc_url,
             self.workdir / f"relay-{self.starts}.log",
             [],
-            program=[sys.executable, str(BENCH / "relay_floor.py")],
+            program=RELAY_PROGRAM,
         )
         self.pin(self.relay)
 

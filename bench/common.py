@@ -4,6 +4,7 @@ and the idle-stream memory probe."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import platform
@@ -14,7 +15,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -29,6 +30,9 @@ from loadgen import proc_cpu_seconds, proc_rss_bytes  # noqa: E402
 REFERENCE_REPOSITORY = ROOT / "triton_models" / "reference"
 TEST_REPOSITORY = ROOT / "tests" / "triton_models"
 FIREHOSE_TOKEN = "tok "  # tests/triton_models/firehose/1/model.py: TOKEN = b"tok "
+RELAY_PROGRAM = (sys.executable, str(BENCH / "relay_floor.py"))
+"""The bare relay as ``start_gateway``'s ``program``: it takes the gateway's command line."""
+PROSE_WORDS = "the quick brown fox jumps over a lazy dog while seven bright stars keep watching".split()
 
 
 def exit_on_sigterm() -> None:
@@ -75,6 +79,14 @@ def words_text(size: int, next_word: Callable[[], str]) -> str:
         words.append(word)
         length += len(word) + 1
     return " ".join(words)[:size]
+
+
+def request_prompt(size: int) -> str:
+    """About ``size`` bytes of ``PROSE_WORDS`` in a fixed order: prose a tokenizer splits as usual,
+    and the same prompt in every per-request tool (``request_path``, ``ttft_ab``,
+    ``request_instructions``, ``request_opcodes``), so their figures speak of the same request."""
+    words = (PROSE_WORDS[(i * 7 + i // 3) % len(PROSE_WORDS)] for i in itertools.count())
+    return words_text(size, words.__next__)
 
 
 def log(message: str) -> None:
@@ -134,7 +146,7 @@ def start_gateway(
     log_file: Path,
     extra_args: list[str],
     root: Path | None = None,
-    program: list[str] | None = None,
+    program: Sequence[str] | None = None,
     ready_within: float = 60.0,
 ) -> Gateway:
     """A gateway process; ``root``: run the ``gateway`` package of another tree (a checkout of the

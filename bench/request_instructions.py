@@ -37,8 +37,17 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH.parent))
 sys.path.insert(0, str(BENCH))
 
-from common import REFERENCE_REPOSITORY, TEST_REPOSITORY, Gateway, log, start_gateway, start_triton  # noqa: E402
-from ttft_ab import PATHS, Client, http_request  # noqa: E402
+from common import (  # noqa: E402
+    REFERENCE_REPOSITORY,
+    RELAY_PROGRAM,
+    TEST_REPOSITORY,
+    Gateway,
+    log,
+    request_prompt,
+    start_gateway,
+    start_triton,
+)
+from ttft_ab import PATHS, Client, between_marks, http_request  # noqa: E402
 
 _SUMMARY = re.compile(rb"^(?:summary|totals): (\d+)", re.MULTILINE)
 
@@ -59,18 +68,19 @@ def dumped_instructions(directory: Path, stem: str) -> int:
 
 async def count(server: Gateway, work: Path, stem: str, args: argparse.Namespace) -> dict[str, float]:
     """Instructions per request, per endpoint, of one server already running under callgrind."""
-    prompt = ("hello world " * (args.prompt_bytes // 12 + 1))[: args.prompt_bytes]
+    prompt = request_prompt(args.prompt_bytes)
     client = Client(*await asyncio.open_connection("127.0.0.1", server.port))
     figures: dict[str, float] = {}
     try:
         for endpoint in args.endpoints.split(","):
-            request = http_request(PATHS[endpoint], prompt, args.tokens)
-            for _ in range(args.warmup):
-                await client.ask(request)
-            callgrind_control("-z", str(server.pid))
-            for _ in range(args.requests):
-                await client.ask(request)
-            callgrind_control("-d", str(server.pid))
+            await between_marks(
+                client,
+                http_request(PATHS[endpoint], prompt, args.tokens),
+                warmup=args.warmup,
+                requests=args.requests,
+                start=lambda: callgrind_control("-z", str(server.pid)),
+                end=lambda: callgrind_control("-d", str(server.pid)),
+            )
             figures[endpoint] = dumped_instructions(work, stem) / args.requests
     finally:
         client.writer.close()
@@ -103,7 +113,7 @@ def main() -> None:
         for label, root in sides.items():  # one at a time: valgrind runs a process on one core
             valgrind = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={work / ('callgrind-' + label)}"]
             if root is None:
-                program, extra = [*valgrind, sys.executable, str(BENCH / "relay_floor.py")], []
+                program, extra = [*valgrind, *RELAY_PROGRAM], []
             else:
                 program = [*valgrind, sys.executable, "-m", "gateway"]
                 extra = [f"--model-repository={REFERENCE_REPOSITORY},{TEST_REPOSITORY}"]

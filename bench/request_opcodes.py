@@ -97,20 +97,20 @@ def short(name: str) -> str:
     return name
 
 
-async def ask(port: int, request: bytes, requests: int, pid: int | None) -> None:
-    from ttft_ab import Client
+async def ask(port: int, request: bytes, requests: int, pid: int) -> None:
+    from ttft_ab import Client, between_marks
 
     client = Client(*await asyncio.open_connection("127.0.0.1", port))
     try:
-        for _ in range(10):  # warm: imports and first-use caches stay out of the count
-            await client.ask(request)
-        if pid is not None:
-            os.kill(pid, signal.SIGUSR1)
-            await asyncio.sleep(0.2)
-        for _ in range(requests):
-            await client.ask(request)
-        if pid is not None:
-            os.kill(pid, signal.SIGUSR2)
+        await between_marks(
+            client,
+            request,
+            warmup=10,
+            requests=requests,
+            start=lambda: os.kill(pid, signal.SIGUSR1),
+            end=lambda: os.kill(pid, signal.SIGUSR2),
+            settle=0.2,
+        )
     finally:
         client.writer.close()
 
@@ -132,12 +132,20 @@ def main() -> None:
     args = parser.parse_args()
     sys.path.insert(0, str(BENCH.parent))
     sys.path.insert(0, str(BENCH))
-    from common import REFERENCE_REPOSITORY, TEST_REPOSITORY, log, start_gateway, start_triton
+    from common import (
+        REFERENCE_REPOSITORY,
+        RELAY_PROGRAM,
+        TEST_REPOSITORY,
+        log,
+        request_prompt,
+        start_gateway,
+        start_triton,
+    )
     from ttft_ab import PATHS, http_request
 
     work = Path(tempfile.mkdtemp(prefix="gw-request-opcodes-"))
     out = work / "counts.json"
-    served = [str(BENCH / "relay_floor.py")] if args.relay else ["-m", "gateway"]
+    served = list(RELAY_PROGRAM[1:]) if args.relay else ["-m", "gateway"]
     extra = [] if args.relay else [f"--model-repository={REFERENCE_REPOSITORY},{TEST_REPOSITORY}"]
     program = [sys.executable, __file__, "--serve", str(out), *served]
     log("starting tritonserver")
@@ -151,8 +159,7 @@ def main() -> None:
             program=program,
         )
         try:
-            prompt = ("hello world " * (args.prompt_bytes // 12 + 1))[: args.prompt_bytes]
-            request = http_request(PATHS[args.endpoint], prompt, args.tokens)
+            request = http_request(PATHS[args.endpoint], request_prompt(args.prompt_bytes), args.tokens)
             asyncio.run(ask(server.port, request, args.requests, server.pid))
             deadline = time.monotonic() + 30
             while not out.exists() and time.monotonic() < deadline:

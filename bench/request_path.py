@@ -34,7 +34,6 @@ import argparse
 import asyncio
 import cProfile
 import gc
-import itertools
 import json
 import pstats
 import statistics
@@ -64,7 +63,7 @@ def _gateway_root() -> Path:
 
 sys.path.insert(0, str(_gateway_root()))
 
-from common import words_text  # noqa: E402
+from common import request_prompt  # noqa: E402
 
 from gateway.app import create_app  # noqa: E402
 from gateway.backend.types import BackendModel, GenerationChunk, GenerationRequest  # noqa: E402
@@ -79,13 +78,6 @@ time the scheduler gave other processes on a shared machine (``--clock wall`` fo
 
 WEIGHTS = ROOT / "triton_models" / "weights" / "tiny-llm"
 MODEL = "m"
-WORDS = "the quick brown fox jumps over a lazy dog while seven bright stars keep watching".split()
-
-
-def prompt_text(size: int) -> str:
-    """Words, about ``size`` bytes (as ``big_prompts.py``: prose a tokenizer splits as usual)."""
-    words = (WORDS[(i * 7 + i // 3) % len(WORDS)] for i in itertools.count())
-    return words_text(size, words.__next__)
 
 
 @dataclass(frozen=True)
@@ -97,7 +89,7 @@ class Scenario:
 
 def scenarios() -> list[Scenario]:
     """What ``big_prompts.py``'s clients send (``loadgen.http_payload``), streamed and not."""
-    small, large = prompt_text(100), prompt_text(10_000)
+    small, large = request_prompt(100), request_prompt(10_000)
     out = []
     for stream in (True, False):
         suffix = "stream" if stream else "json"

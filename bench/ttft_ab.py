@@ -36,6 +36,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,10 +46,12 @@ sys.path.insert(0, str(BENCH))
 
 from common import (  # noqa: E402
     REFERENCE_REPOSITORY,
+    RELAY_PROGRAM,
     TEST_REPOSITORY,
     Gateway,
     exit_on_sigterm,
     log,
+    request_prompt,
     start_gateway,
     start_triton,
 )
@@ -107,6 +110,29 @@ class Client:
                 if not (first and done):
                     raise RuntimeError(f"the stream ended without {'[DONE]' if first else 'a token'}: {seen!r}")
                 return first - start
+
+
+async def between_marks(
+    client: Client,
+    request: bytes,
+    *,
+    warmup: int,
+    requests: int,
+    start: Callable[[], None],
+    end: Callable[[], None],
+    settle: float = 0.0,
+) -> None:
+    """``warmup`` requests (imports and first-use caches), ``start()``, ``settle`` seconds,
+    ``requests`` requests, ``end()``: how the counting tools (callgrind's zero and dump, the
+    tracer's signals) count the same requests, one at a time."""
+    for _ in range(warmup):
+        await client.ask(request)
+    start()
+    if settle:
+        await asyncio.sleep(settle)
+    for _ in range(requests):
+        await client.ask(request)
+    end()
 
 
 class HttpSide:
@@ -187,11 +213,9 @@ async def measure(
     sides: dict[str, Side] = {label: await HttpSide.connect(gateway) for label, gateway in gateways.items()}
     if grpc_url is not None:
         sides["floor"] = FloorSide(grpc_url)
-    from request_path import prompt_text  # imports the gateway: not for big_prompts, which imports this
-
     rows = []
     for endpoint in [e.strip() for e in args.endpoints.split(",") if e.strip()]:
-        prompt = prompt_text(args.prompt_bytes)
+        prompt = request_prompt(args.prompt_bytes)
         await alternate(sides, endpoint, prompt, args.tokens, requests=args.warmup)
         cpu_before = {label: user_and_system_seconds(gateway.pid) for label, gateway in gateways.items()}
         ttft = await alternate(sides, endpoint, prompt, args.tokens, requests=args.requests, pause=args.pause)
@@ -287,8 +311,7 @@ def main() -> None:
             repositories = f"--model-repository={REFERENCE_REPOSITORY},{TEST_REPOSITORY}"
             gateways[label] = start_gateway(triton.grpc_url, work / f"gateway-{label}.log", [repositories], root=root)
         if args.relay:
-            relay = [sys.executable, str(BENCH / "relay_floor.py")]
-            gateways["relay"] = start_gateway(triton.grpc_url, work / "relay.log", [], program=relay)
+            gateways["relay"] = start_gateway(triton.grpc_url, work / "relay.log", [], program=RELAY_PROGRAM)
         rows = asyncio.run(measure(gateways, args, triton.grpc_url if args.floor else None))
     finally:
         for gateway in gateways.values():
