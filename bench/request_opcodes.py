@@ -14,8 +14,15 @@ Python runs (the tokenizer's threads are not counted). The counts are exact (a t
 window moves them by a few dozen); the times are not measured (tracing slows the server many
 times over).
 
+``--per-token N`` counts a token instead: requests of 1 + N tokens less requests of 1, over N.
+With ``--paced SECONDS`` the tokens come from the scripted model that far apart, each a wake-up
+of its own as at c = 1 (the firehose's tokens pile up while tracing slows the server, and a batch
+of them costs one wake-up); the timers that fall in the window (the catalog's refresh every 10 s)
+are then spread over the tokens.
+
     .venv/bin/python bench/request_opcodes.py
     .venv/bin/python bench/request_opcodes.py --relay --endpoint completions --top 20
+    .venv/bin/python bench/request_opcodes.py --per-token 100 --paced 0.02 [--relay]
 """
 
 from __future__ import annotations
@@ -97,7 +104,9 @@ def short(name: str) -> str:
     return name
 
 
-async def ask(port: int, request: bytes, requests: int, pid: int) -> None:
+async def count(port: int, pid: int, out: Path, request: bytes, requests: int, warmup: int) -> dict[str, float]:
+    """Bytecodes per request by function: ``requests`` requests between the server's two signals,
+    after ``warmup`` (imports and first-use caches stay out of the count)."""
     from ttft_ab import Client, between_marks
 
     client = Client(*await asyncio.open_connection("127.0.0.1", port))
@@ -105,7 +114,7 @@ async def ask(port: int, request: bytes, requests: int, pid: int) -> None:
         await between_marks(
             client,
             request,
-            warmup=10,
+            warmup=warmup,
             requests=requests,
             start=lambda: os.kill(pid, signal.SIGUSR1),
             end=lambda: os.kill(pid, signal.SIGUSR2),
@@ -113,6 +122,22 @@ async def ask(port: int, request: bytes, requests: int, pid: int) -> None:
         )
     finally:
         client.writer.close()
+    deadline = time.monotonic() + 30
+    while not out.exists() and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    counts: dict[str, int] = json.loads(out.read_text())
+    out.unlink()
+    return {name: value / requests for name, value in counts.items()}
+
+
+def paced_request(tokens: int, delay: float) -> bytes:
+    """A streamed completion from the scripted model: ``tokens`` tokens ``delay`` seconds apart."""
+    script = json.dumps({"responses": [{"utf8": ["tok "], "delay": delay}] * tokens})
+    body = {"model": "scripted", "prompt": script, "max_tokens": tokens + 1, "stream": True}
+    body["stream_options"] = {"include_usage": True}
+    raw = json.dumps(body).encode()
+    head = "POST /v1/completions HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+    return f"{head}Content-Length: {len(raw)}\r\n\r\n".encode() + raw
 
 
 def main() -> None:
@@ -128,6 +153,21 @@ def main() -> None:
     parser.add_argument("--endpoint", choices=("chat", "completions"), default="chat")
     parser.add_argument("--tokens", type=int, default=1, help="tokens per request")
     parser.add_argument("--prompt-bytes", type=int, default=10000)
+    parser.add_argument(
+        "--per-token",
+        type=int,
+        default=0,
+        metavar="N",
+        help="count per token instead: requests of 1 + N tokens less requests of 1, over N",
+    )
+    parser.add_argument(
+        "--paced",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="with --per-token: the scripted model's tokens this far apart (completions), so each "
+        "token is a wake-up of its own as at c = 1, instead of the firehose's, which pile up under tracing",
+    )
     parser.add_argument("--top", type=int, default=40, help="functions listed")
     args = parser.parse_args()
     sys.path.insert(0, str(BENCH.parent))
@@ -142,6 +182,11 @@ def main() -> None:
         start_triton,
     )
     from ttft_ab import PATHS, http_request
+
+    def request(tokens: int) -> bytes:
+        if args.paced:
+            return paced_request(tokens, args.paced)
+        return http_request(PATHS[args.endpoint], request_prompt(args.prompt_bytes), tokens)
 
     work = Path(tempfile.mkdtemp(prefix="gw-request-opcodes-"))
     out = work / "counts.json"
@@ -159,32 +204,37 @@ def main() -> None:
             program=program,
         )
         try:
-            request = http_request(PATHS[args.endpoint], request_prompt(args.prompt_bytes), args.tokens)
-            asyncio.run(ask(server.port, request, args.requests, server.pid))
-            deadline = time.monotonic() + 30
-            while not out.exists() and time.monotonic() < deadline:
-                time.sleep(0.1)
+            if args.per_token:
+                one = asyncio.run(count(server.port, server.pid, out, request(1), args.requests, 10))
+                more = asyncio.run(count(server.port, server.pid, out, request(1 + args.per_token), args.requests, 3))
+                names = one.keys() | more.keys()
+                counts = {name: (more.get(name, 0.0) - one.get(name, 0.0)) / args.per_token for name in names}
+            else:
+                counts = asyncio.run(count(server.port, server.pid, out, request(args.tokens), args.requests, 10))
         finally:
             server.stop()
     finally:
         triton.stop()
-    counts: dict[str, int] = json.loads(out.read_text())
-    per_request = {name: count / args.requests for name, count in counts.items()}
+    unit = "token" if args.per_token else "request"
     packages: collections.Counter[str] = collections.Counter()
-    for name, count in per_request.items():
-        packages[group(name)] += count
+    for name, value in counts.items():
+        packages[group(name)] += value
     side = "the bare relay" if args.relay else f"the gateway of {args.gateway_root}"
-    print(f"bytecodes per request, {side}: {sum(per_request.values()):,.0f}")
-    functions = sum(1 for count in counts.values() if count >= args.requests)
-    print(f"functions run per request (at least one bytecode per request): {functions}")
-    print(f"({args.endpoint}, {args.tokens} tokens, {args.prompt_bytes} B prompt, {args.requests} requests)\n")
-    print("| package | bytecodes per request |\n|---|---:|")
-    for package, count in packages.most_common():
-        if count >= 1:
-            print(f"| {package} | {count:,.0f} |")
-    print("\n| function | bytecodes per request |\n|---|---:|")
-    for name, count in sorted(per_request.items(), key=lambda item: -item[1])[: args.top]:
-        print(f"| `{short(name)}` | {count:,.0f} |")
+    print(f"bytecodes per {unit}, {side}: {sum(counts.values()):,.0f}")
+    functions = sum(1 for value in counts.values() if value >= 1 - 1e-9)
+    print(f"functions run per {unit} (at least one bytecode per {unit}): {functions}")
+    if args.per_token:
+        what = f"paced {args.paced * 1000:g} ms apart, completions" if args.paced else f"firehose, {args.endpoint}"
+        print(f"({args.per_token} tokens, {what}, {args.requests} requests of each length)\n")
+    else:
+        print(f"({args.endpoint}, {args.tokens} tokens, {args.prompt_bytes} B prompt, {args.requests} requests)\n")
+    print(f"| package | bytecodes per {unit} |\n|---|---:|")
+    for package, value in packages.most_common():
+        if value >= 1:
+            print(f"| {package} | {value:,.0f} |")
+    print(f"\n| function | bytecodes per {unit} |\n|---|---:|")
+    for name, value in sorted(counts.items(), key=lambda item: -item[1])[: args.top]:
+        print(f"| `{short(name)}` | {value:,.1f} |")
 
 
 if __name__ == "__main__":
