@@ -48,7 +48,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (  # noqa: E402
     BENCH,
-    FIREHOSE_TOKEN,
     REFERENCE_REPOSITORY,
     RELAY_PROGRAM,
     TEST_REPOSITORY,
@@ -57,6 +56,7 @@ from common import (  # noqa: E402
     fmt,
     log,
     machine_info,
+    paced_script,
     run_load,
     start_gateway,
     start_triton,
@@ -72,11 +72,6 @@ def prompt_text(size: int, seed: int = WORDS_SEED) -> str:
     letters = "abcdefghijklmnopqrstuvwxyz"
     vocabulary = ["".join(rng.choices(letters, k=rng.randint(2, 9))) for _ in range(3000)]
     return words_text(size, lambda: rng.choice(vocabulary))
-
-
-def paced_script(tokens: int, delay: float) -> str:
-    """A scripted-model prompt: ``tokens`` responses of ``"tok "``, ``delay`` seconds apart."""
-    return json.dumps({"responses": [{"utf8": [FIREHOSE_TOKEN], "delay": delay}] * tokens})
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -272,6 +272,11 @@ def machine_info() -> dict[str, Any]:
 # --------------------------------------------------------------------------- idle streams
 
 
+def paced_script(tokens: int, delay: float) -> str:
+    """A scripted-model prompt: ``tokens`` responses of ``"tok "``, ``delay`` seconds apart."""
+    return json.dumps({"responses": [{"utf8": [FIREHOSE_TOKEN], "delay": delay}] * tokens})
+
+
 def slow_script(first_tokens: int = 1, hold_s: float = 120.0) -> str:
     """A scripted-model prompt: some tokens at once, then one token after ``hold_s`` seconds."""
     responses: list[dict[str, Any]] = [{"utf8": ["tok "]} for _ in range(first_tokens)]

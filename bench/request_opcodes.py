@@ -130,16 +130,6 @@ async def count(port: int, pid: int, out: Path, request: bytes, requests: int, w
     return {name: value / requests for name, value in counts.items()}
 
 
-def paced_request(tokens: int, delay: float) -> bytes:
-    """A streamed completion from the scripted model: ``tokens`` tokens ``delay`` seconds apart."""
-    script = json.dumps({"responses": [{"utf8": ["tok "], "delay": delay}] * tokens})
-    body = {"model": "scripted", "prompt": script, "max_tokens": tokens + 1, "stream": True}
-    body["stream_options"] = {"include_usage": True}
-    raw = json.dumps(body).encode()
-    head = "POST /v1/completions HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
-    return f"{head}Content-Length: {len(raw)}\r\n\r\n".encode() + raw
-
-
 def main() -> None:
     if len(sys.argv) > 2 and sys.argv[1] == "--serve":
         serve(Path(sys.argv[2]), sys.argv[3:])
@@ -177,6 +167,7 @@ def main() -> None:
         RELAY_PROGRAM,
         TEST_REPOSITORY,
         log,
+        paced_script,
         request_prompt,
         start_gateway,
         start_triton,
@@ -184,8 +175,8 @@ def main() -> None:
     from ttft_ab import PATHS, http_request
 
     def request(tokens: int) -> bytes:
-        if args.paced:
-            return paced_request(tokens, args.paced)
+        if args.paced:  # the script's tokens, then its end (max_tokens is not what stops it)
+            return http_request(PATHS["completions"], paced_script(tokens, args.paced), tokens + 1, model="scripted")
         return http_request(PATHS[args.endpoint], request_prompt(args.prompt_bytes), tokens)
 
     work = Path(tempfile.mkdtemp(prefix="gw-request-opcodes-"))

@@ -60,8 +60,8 @@ from loadgen import CLK_TCK, floor_inputs  # noqa: E402
 PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
 
-def http_request(path: str, prompt: str, tokens: int) -> bytes:
-    body: dict[str, Any] = {"model": "firehose", "max_tokens": tokens, "stream": True}
+def http_request(path: str, prompt: str, tokens: int, model: str = "firehose") -> bytes:
+    body: dict[str, Any] = {"model": model, "max_tokens": tokens, "stream": True}
     body["stream_options"] = {"include_usage": True}
     if path.endswith("chat/completions"):
         body["messages"] = [{"role": "user", "content": prompt}]
