@@ -236,6 +236,7 @@ class TritonBackend:
             reply = await self._stub.ServerReady(service_pb2.ServerReadyRequest(), timeout=2.0)
         except grpc.aio.AioRpcError:
             return False
+        self._transport.reachable()
         return bool(reply.ready)
 
     async def list_models(self) -> list[BackendModel]:

@@ -244,13 +244,18 @@ def test_quit_lets_every_stream_finish_then_503_then_back(nginx: Nginx, gateway_
     outcomes = asyncio.run(streams_through(gateway, quit_))
     assert nginx.wait(timeout=10) == 0
     assert_all_finished(gateway, outcomes)
-    started = time.monotonic()
-    refused = httpx.post(
-        gateway.url + "/v1/completions", json={"model": SCRIPTED, "prompt": script(0, 1)[0]}, timeout=20
-    )
-    assert time.monotonic() - started < 5, "a request with nothing behind the gateway must fail fast"
-    assert refused.status_code == 503, refused.text
-    assert refused.json()["error"]["type"] == "service_unavailable"
+    # Three refusals some way apart: each failed dial makes the next wait longer (0.25, 0.5, 1 s on
+    # h2), so the failure is remembered for a second when nginx comes back, and the gateway must
+    # not say ready while requests would still fail on it.
+    for pause in (0.0, 0.3, 0.6):
+        time.sleep(pause)
+        started = time.monotonic()
+        refused = httpx.post(
+            gateway.url + "/v1/completions", json={"model": SCRIPTED, "prompt": script(0, 1)[0]}, timeout=20
+        )
+        assert time.monotonic() - started < 5, "a request with nothing behind the gateway must fail fast"
+        assert refused.status_code == 503, refused.text
+        assert refused.json()["error"]["type"] == "service_unavailable"
     nginx.start()
     assert wait_for(lambda: httpx.get(gateway.url + "/health/ready", timeout=5).status_code == 200, timeout=10)
     assert_serves(gateway)

@@ -60,6 +60,25 @@ async def test_a_failed_dial_fails_the_next_calls_fast_until_its_growing_backoff
         server.close()
 
 
+async def test_a_reachable_server_clears_the_remembered_failure() -> None:
+    """What the backend does when its readiness check gets Triton's answer: the next call dials at
+    once instead of failing on the remembered dial until the backoff passes."""
+    port = free_port()
+    transport = H2Transport(f"127.0.0.1:{port}", backoff=(30.0, 30.0))
+    server = Server(echo_three)
+    try:
+        with pytest.raises(CallError):
+            await transport.open(PATH, b"x", bytes)
+        await server.start(port)
+        with pytest.raises(CallError):  # remembered for 30 s
+            await transport.open(PATH, b"x", bytes)
+        transport.reachable()
+        assert await collect(await transport.open(PATH, b"up", bytes)) == [b"up-0", b"up-1", b"up-2"]
+    finally:
+        await transport.close()
+        server.close()
+
+
 async def test_the_deadline_covers_the_dial() -> None:
     server = await asyncio.get_running_loop().create_server(_Mute, "127.0.0.1", 0)
     context = ssl.create_default_context()

@@ -135,6 +135,9 @@ class AioTransport:
         call.reader.add_done_callback(lambda _: self._calls.discard(call))
         return call
 
+    def reachable(self) -> None:
+        """Nothing to forget: grpc.aio's channel manages its own reconnect backoff."""
+
     async def close(self) -> None:
         """Fail the open calls (as h2 does when its connection closes) and wait for their readers."""
         calls = list(self._calls)

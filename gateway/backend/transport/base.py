@@ -126,4 +126,8 @@ class StreamTransport(Protocol):
         ``time.monotonic()`` value) passes while connecting or waiting for a stream slot."""
         ...
 
+    def reachable(self) -> None:
+        """The server just answered on another channel (the backend's readiness check): a transport
+        that remembers a failed connection attempt forgets it, so ready means requests go through."""
+
     async def close(self) -> None: ...

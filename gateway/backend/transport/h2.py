@@ -124,6 +124,12 @@ class H2Transport:
         except asyncio.TimeoutError:
             raise CallError(DEADLINE_EXCEEDED, f"the deadline passed while connecting to {self.target}") from None
 
+    def reachable(self) -> None:
+        """Forget a failed dial: the control channel has just had Triton's answer. Without this a
+        readiness probe could say ready while requests still failed on the remembered dial for up
+        to the backoff's cap (2 s), and an orchestrator would route to a replica that refuses."""
+        self._failure, self._retry_at, self._backoff = None, 0.0, self._backoff_first
+
     async def _dial_once(self) -> GrpcConnection:
         try:
             connection = await connect(
