@@ -62,19 +62,29 @@ def test_chat_stream_matches_and_equals_the_non_streamed_answer(gw: openai.OpenA
 
 
 def test_a_long_chat_stream_arrives_in_pieces(gw: openai.OpenAI) -> None:
-    """The gateway streams as the engine steps, never the whole answer at once. A reader that
-    falls behind gets the tokens that piled up in one chunk (by design), and on a loaded machine a
-    24-token answer of the tiny model can be done before the first read: 256 tokens cannot."""
-    stream = gw.chat.completions.create(
-        model="tiny-llm",
-        messages=messages("Hello there"),
-        max_tokens=256,
-        stream=True,
-        extra_body={"ignore_eos": True},
-        **GREEDY,
-    )
-    pieces = [chunk.choices[0].delta.content for chunk in stream if chunk.choices and chunk.choices[0].delta.content]
-    assert len(pieces) > 1
+    """The gateway streams as the engine steps, never the whole answer at once.
+
+    The h2 transport hands the gateway every response that arrived since it last read, and they go
+    out as one chunk (by design), so pieces depend on how Triton delivers them. On this 2-core
+    machine the vLLM backend at times delivers a whole answer in one burst: tritonclient reading
+    Triton directly saw all 256 responses of a 0.4 s answer arrive within 8 ms at its end, and a
+    1500-token answer went through the gateway as one piece once in six. So each attempt is a
+    1024-token answer (about 1.5 s), and one of three in pieces passes: a gateway that buffered
+    answers (or asked the backend not to stream) fails all three."""
+    pieces: list[int] = []
+    for attempt in range(3):
+        stream = gw.chat.completions.create(
+            model="tiny-llm",
+            messages=messages(f"Hello there, attempt {attempt}"),
+            max_tokens=1024,
+            stream=True,
+            extra_body={"ignore_eos": True},
+            **GREEDY,
+        )
+        pieces.append(sum(1 for c in stream if c.choices and c.choices[0].delta.content))
+        if pieces[-1] > 1:
+            break
+    assert pieces[-1] > 1, f"content chunks per attempt: {pieces}"
 
 
 def test_completion_stream_matches(gw: openai.OpenAI, vl: openai.OpenAI) -> None:
