@@ -63,7 +63,7 @@ async def test_stale_snapshot_is_served_while_it_refreshes_in_the_background() -
     await asyncio.sleep(0.06)
     started = asyncio.get_running_loop().time()
     assert set(await catalog.models()) == {"a"}  # stale: answered at once
-    assert asyncio.get_running_loop().time() - started < 0.05
+    assert asyncio.get_running_loop().time() - started < 0.2  # the refresh takes 0.2 s: not waited for
     await asyncio.sleep(0.3)
     assert set(await catalog.models()) == {"a", "b"}
 

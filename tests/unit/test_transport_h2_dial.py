@@ -48,10 +48,9 @@ async def test_a_failed_dial_fails_the_next_calls_fast_until_its_growing_backoff
             await transport.open(PATH, b"x", bytes)
         await server.start(port)
         await asyncio.sleep(0.35)
-        started = time.monotonic()
         with pytest.raises(CallError) as cached:  # the server is up, but the failure is remembered
             await transport.open(PATH, b"x", bytes)
-        assert time.monotonic() - started < 0.05 and cached.value.details == first.value.details
+        assert cached.value.details == first.value.details and not server.peers  # no dial was made
         await asyncio.sleep(0.3)
         assert await collect(await transport.open(PATH, b"up", bytes)) == [b"up-0", b"up-1", b"up-2"]
         assert len(server.peers) == 1
