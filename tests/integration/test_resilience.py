@@ -110,7 +110,8 @@ async def test_full_queue_is_429_with_retry_after_at_once(own_gateway, triton: T
         await asyncio.sleep(0.2)
         started = time.monotonic()
         rejected = await http.post("/v1/completions", json=body)
-        assert rejected.status_code == 429 and time.monotonic() - started < 0.5
+        # at once: not after the queue's 1 s timeout (0.02 s idle; the room is for a busy machine)
+        assert rejected.status_code == 429 and time.monotonic() - started < 0.8
         assert rejected.headers["retry-after"] == "1"
         assert rejected.json()["error"]["type"] == "rate_limit_error"
         metrics = (await http.get("/metrics")).text
@@ -184,7 +185,7 @@ def test_client_leaving_before_the_first_token_cancels_triton_work(
         httpx.post(gateway.url + "/v1/completions", json=body, timeout=httpx.Timeout(10, read=0.5))
     left = time.monotonic()
     assert wait_for(lambda: scripted_cancelled(triton) == before + 1 and scripted_in_flight(triton) == 0, timeout=5)
-    assert time.monotonic() - left < 1.0
+    assert time.monotonic() - left < 2.0  # long before the model's 10 s hang would end by itself
 
 
 # -- Triton down, killed, restarted ------------------------------------------------------------------
