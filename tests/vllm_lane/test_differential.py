@@ -9,7 +9,7 @@ characters split across tokens: good for catching UTF-8 and offset bugs.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import openai
@@ -26,6 +26,9 @@ from tests.vllm_lane.compare import (
     messages,
     status_of,
 )
+
+if TYPE_CHECKING:
+    from tests.vllm_lane.conftest import LaneUrls
 
 GREEDY = {"temperature": 0}
 PROMPTS = ["Hello there", "Once upon a time", "What is 2+2?"]
@@ -61,32 +64,49 @@ def test_chat_stream_matches_and_equals_the_non_streamed_answer(gw: openai.OpenA
     assert ours == both(chat, gw, vl, messages=messages("Hello there"), max_tokens=24, **GREEDY)[0]
 
 
-def test_a_long_chat_stream_arrives_in_pieces(gw: openai.OpenAI) -> None:
-    """The gateway streams as the engine steps, never the whole answer at once.
+def _backend_span(gateway: str) -> float:
+    """The gateway's ``gateway_inter_token_latency_seconds`` sum: over one stream, the time from the
+    first backend response the gateway read to the last (the lane sends one request at a time)."""
+    text = httpx.get(gateway + "/metrics", timeout=10).text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("gateway_inter_token_latency_seconds_sum{")
+    )
 
-    The h2 transport hands the gateway every response that arrived since it last read, and they go
-    out as one chunk (by design), so the pieces a client sees follow how Triton delivers them. On
-    this 2-core machine the vLLM backend often holds a stream's responses and delivers the rest of
-    the answer in one burst at its end: tritonclient reading Triton directly saw all 256 responses
-    of a 0.4 s answer arrive within 8 ms at its end, and through the gateway 5 of 10 1024-token
-    answers in a row came as one piece (the first at 1.5-1.7 s), some after a few pieces in the
-    first 40 ms. Bursty answers come in runs (six in a row once), so this takes up to twelve
-    512-token answers and passes on the first in pieces: a gateway that buffered answers (or asked
-    the backend not to stream) fails all twelve."""
-    pieces: list[int] = []
+
+def test_a_long_chat_stream_arrives_in_pieces(gw: openai.OpenAI, lane: LaneUrls) -> None:
+    """The gateway streams as Triton delivers, never the whole answer at once.
+
+    The h2 transport hands the gateway every response that arrived since it last read, and those
+    go out as one chunk (by design), so the pieces a client sees follow how Triton delivered them.
+    On this 2-core machine Triton's vLLM backend often holds a stream's responses and delivers
+    the rest of the answer in one burst at its end (docs/VLLM_LANE.md), and under load it does so
+    for every answer. So the check is conditional on what the gateway itself measured: when the
+    backend's responses reached it spread over 0.3 s or more, the client must have had more than
+    one piece. Up to twelve answers are tried; when every one came in a burst, the test is skipped
+    (nothing could be seen), not passed. An answer whose first token is part of a character (its
+    first response has no text; greedy, so known in advance) is not tried: its text could rightly
+    start with the burst."""
+    spans: list[float] = []
     for attempt in range(12):
+        prompt = messages(f"Hello there, attempt {attempt}")
+        opening = gw.chat.completions.create(model="tiny-llm", messages=prompt, max_tokens=1, **GREEDY)
+        if not opening.choices[0].message.content:
+            continue
+        before = _backend_span(lane.gateway)
         stream = gw.chat.completions.create(
-            model="tiny-llm",
-            messages=messages(f"Hello there, attempt {attempt}"),
-            max_tokens=512,
-            stream=True,
-            extra_body={"ignore_eos": True},
-            **GREEDY,
+            model="tiny-llm", messages=prompt, max_tokens=512, stream=True, extra_body={"ignore_eos": True}, **GREEDY
         )
-        pieces.append(sum(1 for c in stream if c.choices and c.choices[0].delta.content))
-        if pieces[-1] > 1:
-            break
-    assert pieces[-1] > 1, f"content chunks per attempt: {pieces}"
+        pieces = sum(1 for c in stream if c.choices and c.choices[0].delta.content)
+        span = _backend_span(lane.gateway) - before
+        if span >= 0.3:
+            assert pieces > 1, (
+                f"the backend's responses reached the gateway over {span:.2f} s, the client got one piece"
+            )
+            return
+        spans.append(round(span, 3))
+    pytest.skip(f"every answer reached the gateway in one burst (spans {spans} s): nothing to check")
 
 
 def test_completion_stream_matches(gw: openai.OpenAI, vl: openai.OpenAI) -> None:
