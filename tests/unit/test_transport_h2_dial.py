@@ -37,21 +37,21 @@ class _Mute(asyncio.Protocol):
 
 async def test_a_failed_dial_fails_the_next_calls_fast_until_its_growing_backoff_passes() -> None:
     port = free_port()
-    transport = H2Transport(f"127.0.0.1:{port}", backoff=(0.3, 0.6))
+    transport = H2Transport(f"127.0.0.1:{port}", backoff=(0.5, 1.0))
     server = Server(echo_three)
     try:
         with pytest.raises(CallError) as first:
             await transport.open(PATH, b"x", bytes)
         assert first.value.code == grpc_status.UNAVAILABLE and "cannot connect" in first.value.details
-        await asyncio.sleep(0.35)
-        with pytest.raises(CallError):  # dials again: still down; now remembered for 0.6 s
+        await asyncio.sleep(0.55)
+        with pytest.raises(CallError):  # dials again: still down; now remembered for 1 s
             await transport.open(PATH, b"x", bytes)
         await server.start(port)
-        await asyncio.sleep(0.35)
+        await asyncio.sleep(0.3)  # 0.7 s of room for a busy machine before the second backoff ends
         with pytest.raises(CallError) as cached:  # the server is up, but the failure is remembered
             await transport.open(PATH, b"x", bytes)
         assert cached.value.details == first.value.details and not server.peers  # no dial was made
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.75)
         assert await collect(await transport.open(PATH, b"up", bytes)) == [b"up-0", b"up-1", b"up-2"]
         assert len(server.peers) == 1
     finally:
@@ -113,15 +113,15 @@ async def test_the_deadline_covers_the_wait_for_a_stream_slot() -> None:
 
 async def test_an_unanswered_ping_fails_the_calls_after_the_keepalive_timeout_not_an_interval() -> None:
     server = await asyncio.get_running_loop().create_server(_Mute, "127.0.0.1", 0)
-    connection = await connect(f"127.0.0.1:{server.sockets[0].getsockname()[1]}", keepalive=Keepalive(0.3, 0.05))
+    started = time.monotonic()  # before the connection, whose quiet time the interval counts
+    connection = await connect(f"127.0.0.1:{server.sockets[0].getsockname()[1]}", keepalive=Keepalive(1.0, 0.05))
     try:
         call = await connection.open(PATH, b"x", bytes)
-        started = time.monotonic()
         with pytest.raises(CallError) as caught:
             await asyncio.wait_for(anext(call), 5)
         elapsed = time.monotonic() - started
         assert caught.value.code == grpc_status.UNAVAILABLE and "keepalive" in caught.value.details
-        assert 0.3 <= elapsed < 0.55  # ping at 0.3 s, dead at 0.35 s (two intervals would be 0.6 s)
+        assert 1.0 <= elapsed < 1.8  # ping at 1 s, dead at 1.05 s (two intervals would be 2 s)
     finally:
         connection.close()
         server.close()
