@@ -202,7 +202,7 @@ async def test_a_fast_stream_is_written_at_most_once_per_coalesce_interval() -> 
 
 
 async def test_a_stream_slower_than_the_interval_is_written_token_by_token() -> None:
-    frames = Produced(tokens=4, gap=0.1)
+    frames = Produced(tokens=4, gap=0.2)  # 0.2 s apart: a busy machine's stall will not join two
     writes = await serve_produced(frames, coalesce=0.01)
     assert writes == [b"data: %d\n\n" % i for i in range(4)]
 
