@@ -159,8 +159,10 @@ def anyio_backend() -> str:
 _METRIC_LINE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?P<labels>\{[^}]*\})?\s+(?P<value>\S+)$")
 
 
-def read_metric(metrics_url: str, name: str) -> float:
-    """Sum of a metric's samples on a Prometheus text page (all label sets)."""
+def read_metric(metrics_url: str, name: str, default: float | None = None) -> float:
+    """Sum of a metric's samples on a Prometheus text page (all label sets). A metric with no
+    sample is an error, or ``default`` when one is given (a labelled series appears only once
+    something set it)."""
     total, found = 0.0, False
     for line in httpx.get(metrics_url, timeout=5).text.splitlines():
         match = _METRIC_LINE.match(line)
@@ -168,6 +170,8 @@ def read_metric(metrics_url: str, name: str) -> float:
             total += float(match["value"])
             found = True
     if not found:
+        if default is not None:
+            return default
         raise AssertionError(f"metric {name} not on {metrics_url}")
     return total
 

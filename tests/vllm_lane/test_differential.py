@@ -15,6 +15,7 @@ import httpx
 import openai
 import pytest
 
+from tests.integration.conftest import read_metric
 from tests.vllm_lane.compare import (
     both,
     chat,
@@ -67,12 +68,7 @@ def test_chat_stream_matches_and_equals_the_non_streamed_answer(gw: openai.OpenA
 def _backend_span(gateway: str) -> float:
     """The gateway's ``gateway_inter_token_latency_seconds`` sum: over one stream, the time from the
     first backend response the gateway read to the last (the lane sends one request at a time)."""
-    text = httpx.get(gateway + "/metrics", timeout=10).text
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith("gateway_inter_token_latency_seconds_sum{")
-    )
+    return read_metric(gateway + "/metrics", "gateway_inter_token_latency_seconds_sum", default=0.0)
 
 
 def test_a_long_chat_stream_arrives_in_pieces(gw: openai.OpenAI, lane: LaneUrls) -> None:
