@@ -33,7 +33,8 @@ class ChoiceEvent(NamedTuple):
     index: int  # type: ignore[assignment]  # shadows tuple.index, which nothing here calls
     text: str
     finish_reason: str | None
-    logprobs: list[Any] | None
+    logprobs: Any
+    """The backend's entries (a list), then (``RequestAssembler``) the OpenAI object (a dict)."""
     tool_calls: tuple[ToolCallOut, ...] | None = None
     """Calls the choice completed with this chunk (tool calling only: ``core/toolcalls.py``)."""
 
@@ -211,7 +212,7 @@ class GenerationAssembler:
         events: list[ChoiceEvent] = []
         for index, data in enumerate(texts):
             choice = choices[index]
-            if choice.finish_reason is not None:
+            if choice.done:  # not ``finish_reason is not None``: mypy would then type its read below as None
                 continue
             if counts is not None:
                 choice.completion_tokens += counts[index]
