@@ -17,6 +17,7 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from starlette.types import Receive, Scope, Send
 
+from gateway import compiled
 from gateway.backend.replicas.pool import ReplicaPool
 from gateway.backend.replicas.router import Policy, Router
 from gateway.backend.transport.tls import TritonTLS
@@ -110,10 +111,11 @@ def create_app(settings: Settings, backend: Backend | None = None) -> FastAPI:
         await the_backend.start()
         if backend is None:
             logger.info(
-                "token streams to Triton on the %s transport; replicas %s, routing policy %s",
+                "token streams to Triton on the %s transport; replicas %s, routing policy %s; per-token modules %s",
                 settings.triton_transport,
                 settings.triton_url,
                 settings.routing_policy,
+                compiled.STATE,
             )
         try:
             await catalog.refresh()

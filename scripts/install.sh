@@ -2,6 +2,10 @@
 # Install the gateway (editable) with the extras given as the first argument (say 'local,test,speed')
 # into .venv, creating it if needed; the log goes to .venv/install.log, and only a failure prints.
 # uv installs when it can (scripts/installer.sh says why), and pip does it if uv fails.
+#
+# With the compile extra, the per-token modules are then compiled with mypyc (scripts/compile.py,
+# ~30 s; gateway/compiled.py says why); COMPILE=0 removes any earlier build instead, and a
+# failure (no C compiler) leaves the gateway running its Python sources, with a warning.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras=$1
@@ -13,17 +17,29 @@ log=.venv/install.log
 . scripts/installer.sh
 installer_for .venv
 : > "$log"
+installed=0
 if [ "$INSTALLER" = uv ]; then
     if "${INSTALL[@]}" -e ".[$extras]" >> "$log" 2>&1; then
-        exit 0
+        installed=1
+    else
+        echo "uv could not install the gateway; installing with pip (see $log)" >&2
+        pip_installer_for .venv
     fi
-    echo "uv could not install the gateway; installing with pip (see $log)" >&2
-    pip_installer_for .venv
 else
     echo "uv could not be installed; installing with pip (see $log)" >&2
 fi
-if ! "${INSTALL[@]}" -e ".[$extras]" >> "$log" 2>&1; then
+if [ "$installed" -eq 0 ] && ! "${INSTALL[@]}" -e ".[$extras]" >> "$log" 2>&1; then
     grep -v "^WARNING: Location" "$log" >&2
     echo "install failed (full log: $log)" >&2
     exit 1
 fi
+case ",$extras," in
+    *,compile,*)
+        if [ "${COMPILE:-1}" = 0 ]; then
+            .venv/bin/python scripts/compile.py --clean
+        elif ! .venv/bin/python scripts/compile.py >> "$log" 2>&1; then
+            tail -n 20 "$log" >&2
+            echo "warning: the per-token modules could not be compiled; the gateway runs its Python sources (full log: $log)" >&2
+        fi
+        ;;
+esac

@@ -45,7 +45,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
     fi
     rm -f "$apt_log"
 fi
-bash scripts/install.sh local,test,speed
+bash scripts/install.sh local,test,speed,compile
 # Lint, format and types first: cheap, and a failure here is a real defect (pyproject holds the config).
 .venv/bin/ruff check gateway tests bench scripts triton_models
 .venv/bin/ruff format --check gateway tests bench scripts triton_models
