@@ -3,6 +3,12 @@
 # into .venv, creating it if needed; the log goes to .venv/install.log, and only a failure prints.
 # uv installs when it can (scripts/installer.sh says why), and pip does it if uv fails.
 #
+# The venv's interpreter: $PYTHON if set, else the distribution's python3 (/usr/bin/python3) when it
+# is 3.10 or newer and has venv, else the python3 on PATH. Distributions (Debian, Ubuntu, Fedora)
+# build CPython with profile-guided and link-time optimization; pyenv's default build, first on
+# this machine's PATH, has neither, and runs the gateway's per-token Python ~10 % slower
+# (docs/PERFORMANCE.md, "Eighteenth session"). An existing .venv is kept as it is.
+#
 # With the compile extra, the per-token modules are then compiled with mypyc (scripts/compile.py,
 # ~30 s; gateway/compiled.py says why); COMPILE=0 removes any earlier build instead, and a
 # failure (no C compiler) leaves the gateway running its Python sources, with a warning.
@@ -10,7 +16,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 extras=$1
 if [ ! -x .venv/bin/python ]; then
-    python3 -m venv .venv
+    python=${PYTHON:-}
+    if [ -z "$python" ]; then
+        python=python3
+        if [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 10))' 2> /dev/null; then
+            python=/usr/bin/python3
+        fi
+    fi
+    "$python" -m venv .venv
 fi
 log=.venv/install.log
 # shellcheck source=scripts/installer.sh
