@@ -110,5 +110,9 @@ def test_dockerignore_keeps_only_what_the_build_copies() -> None:
         "triton_models/weights/tiny-llm/model.safetensors",
         "tests/deploy/test_chart.py",
         "deploy/helm/triton-openai-gateway/values.yaml",
+        # a local mypyc build (scripts/compile.py): built for the checkout's interpreter
+        "gateway/core/assemble.cpython-311-x86_64-linux-gnu.so",
+        "gateway/_native__mypyc.cpython-311-x86_64-linux-gnu.so",
+        "gateway/_compiled.json",
     ):
         assert _ignored(heavy, patterns), heavy

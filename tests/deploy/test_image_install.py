@@ -77,7 +77,9 @@ def _build_context(dest: Path) -> tuple[Path, list[str]]:
                     if target.endswith("/"):
                         goal = goal / path.name
                     if path.is_dir():
-                        shutil.copytree(path, goal, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+                        shutil.copytree(
+                            path, goal, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.so", "_compiled.json")
+                        )  # as .dockerignore
                     else:
                         goal.parent.mkdir(parents=True, exist_ok=True)
                         shutil.copy2(path, goal)
