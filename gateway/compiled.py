@@ -40,9 +40,13 @@ COMPILED_MODULES = (
     "gateway.core.generate",
     "gateway.openai.encode",
     "gateway.http.streaming",
+    "gateway.core.outcome",
+    "gateway.metrics",
 )
 """What ``scripts/compile.py`` compiles: the per-token path (``aio``: its call is a ``BatchedCall``,
-and a compiled class cannot be subclassed by an interpreted one)."""
+and a compiled class cannot be subclassed by an interpreted one; ``outcome`` and ``metrics``: the
+inter-token gap each batch records). Not ``http.sse``: its body writer is a coroutine defined in a
+method, which compiled has no ``__qualname__`` (its unit tests failed on asyncio asking for it)."""
 
 GROUP = "gateway._native"
 """The shared library every compiled module links to: ``gateway/_native__mypyc*.so``."""
@@ -67,8 +71,13 @@ def extension_path(module: str, suffix: str) -> Path:
     return source_path(module).with_suffix(suffix)
 
 
+_built: frozenset[str] = frozenset()
+"""The modules the build on disk says it compiled (they may differ from ``COMPILED_MODULES``)."""
+
+
 def _stale_reason() -> str | None:
     """Why the build on disk cannot be used, or None when it can (or when there is none)."""
+    global _built
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
     built = [m for m in COMPILED_MODULES if extension_path(m, suffix).exists()]
     if not built and not STAMP.exists():
@@ -76,8 +85,11 @@ def _stale_reason() -> str | None:
     try:
         stamp = json.loads(STAMP.read_text())
         hashes: dict[str, str] = stamp["sources"]
-    except (OSError, ValueError, KeyError, TypeError):
+        _built = frozenset(hashes)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return "no readable record of the build (scripts/compile.py writes gateway/_compiled.json)"
+    if _built != frozenset(COMPILED_MODULES):
+        return "it compiled another list of modules"
     if stamp.get("suffix") != suffix:
         return f"built for {stamp.get('suffix')}, this interpreter loads {suffix}"
     if not (PACKAGE_DIR / ("_native__mypyc" + suffix)).exists():
@@ -95,7 +107,7 @@ class _SourcesFirst:
 
     @staticmethod
     def find_spec(name: str, path: Sequence[str] | None = None, target: ModuleType | None = None) -> ModuleSpec | None:
-        if name not in COMPILED_MODULES:
+        if name not in COMPILED_MODULES and name not in _built:
             return None
         return importlib.util.spec_from_file_location(name, source_path(name))
 

@@ -27,17 +27,16 @@ from gateway.compiled import (  # noqa: E402
     GROUP,
     PACKAGE_DIR,
     STAMP,
-    extension_path,
     source_hash,
     source_path,
 )
 
 
 def clean() -> None:
+    """Every extension module in the package (the gateway has none but this build's), so a module
+    taken off the list does not keep loading as its old compiled self."""
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        for module in COMPILED_MODULES:
-            extension_path(module, suffix).unlink(missing_ok=True)
-        for path in PACKAGE_DIR.glob("_native__mypyc*" + suffix):
+        for path in PACKAGE_DIR.rglob("*" + suffix):
             path.unlink()
     STAMP.unlink(missing_ok=True)
 

@@ -86,3 +86,19 @@ def test_one_edited_source_sends_every_compiled_module_back_to_its_source(tmp_pa
     assert isinstance(files, dict)
     assert sorted(files) == sorted(compiled.COMPILED_MODULES)
     assert all(str(path).endswith(".py") for path in files.values())
+
+
+def test_a_module_the_build_compiled_but_the_list_no_longer_names_is_imported_from_source(tmp_path: Path) -> None:
+    root = copy_package(tmp_path)
+    gone = "gateway.http.sse"
+    sources = {m: compiled.source_hash(compiled.source_path(m)) for m in (*compiled.COMPILED_MODULES, gone)}
+    (root / "gateway" / "_compiled.json").write_text(json.dumps({"suffix": SUFFIX, "sources": sources}))
+    (root / (gone.replace(".", "/") + SUFFIX)).write_bytes(b"")  # would fail to load
+    script = "import gateway, gateway.http.sse as m, gateway.compiled as c; print(c.STATE); print(m.__file__)"
+    out = subprocess.run(
+        [sys.executable, "-c", script], cwd=root, env={"PYTHONPATH": str(root)}, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    state, path = out.stdout.splitlines()
+    assert state.startswith("interpreted (stale build: it compiled another list of modules")
+    assert path.endswith("gateway/http/sse.py")
