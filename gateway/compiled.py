@@ -11,9 +11,10 @@ truth, and the gateway runs them as they are when nothing was compiled.
 An extension module next to its source takes precedence on import, so a source edited after the
 build would silently run as its old compiled self. ``guard`` (run by ``gateway/__init__``, before
 any of them is imported) compares every compiled module's source with the hash the build recorded
-(``_compiled.json``); if one differs, or one extension is missing, all of them are imported from
-their sources instead: the modules call into each other's compiled classes directly, so a mix of
-old and new would not hold together. ``STATE`` says which it was (the startup log shows it).
+(``_compiled.json``); if one differs, one extension is missing, or the build compiled another list
+of modules, all of them are imported from their sources instead: the modules call into each
+other's compiled classes directly, so a mix of old and new would not hold together. ``STATE``
+says which it was (the startup log shows it).
 """
 
 from __future__ import annotations

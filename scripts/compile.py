@@ -50,6 +50,8 @@ def build() -> None:
     warnings.filterwarnings("ignore", module="setuptools")  # about pyproject.toml, which setup() reads too
 
     clean()
+    leftover = ROOT / "build"
+    had_build_dir = leftover.exists()
     sources = [str(source_path(m).relative_to(ROOT)) for m in COMPILED_MODULES]
     hashes = {m: source_hash(source_path(m)) for m in COMPILED_MODULES}
     with tempfile.TemporaryDirectory(prefix="gateway-mypyc-") as temp:
@@ -60,7 +62,8 @@ def build() -> None:
             ext_modules=extensions,
             script_args=["--quiet", "build_ext", "--inplace", "--build-temp", str(Path(temp) / "o")],
         )
-    shutil.rmtree(ROOT / "build", ignore_errors=True)  # what setuptools leaves besides the in-place copies
+    if not had_build_dir:  # what setuptools leaves besides the in-place copies
+        shutil.rmtree(leftover, ignore_errors=True)
     STAMP.write_text(
         json.dumps({"suffix": importlib.machinery.EXTENSION_SUFFIXES[0], "sources": hashes}, indent=1) + "\n"
     )
