@@ -51,6 +51,8 @@ method, which compiled has no ``__qualname__`` (its unit tests failed on asyncio
 
 GROUP = "gateway._native"
 """The shared library every compiled module links to: ``gateway/_native__mypyc*.so``."""
+SHARED_LIBRARY = GROUP.rpartition(".")[2] + "__mypyc"
+"""Its file name in the package, before the extension suffix (mypyc's ``<group>__mypyc``)."""
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 STAMP = PACKAGE_DIR / "_compiled.json"
@@ -93,7 +95,7 @@ def _stale_reason() -> str | None:
         return "it compiled another list of modules"
     if stamp.get("suffix") != suffix:
         return f"built for {stamp.get('suffix')}, this interpreter loads {suffix}"
-    if not (PACKAGE_DIR / ("_native__mypyc" + suffix)).exists():
+    if not (PACKAGE_DIR / (SHARED_LIBRARY + suffix)).exists():
         return f"its shared library {GROUP}__mypyc is missing"
     for module in COMPILED_MODULES:
         if not extension_path(module, suffix).exists():
@@ -117,9 +119,8 @@ def guard() -> None:
     """Decide ``STATE``; on a stale build, import the compiled modules from their sources."""
     global STATE
     reason = _stale_reason()
-    if reason is None:
-        suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
-        STATE = "compiled" if extension_path(COMPILED_MODULES[0], suffix).exists() else "interpreted"
+    if reason is None:  # no build at all, or one whose record (hence every extension) checked out
+        STATE = "compiled" if STAMP.exists() else "interpreted"
         return
     STATE = f"interpreted (stale build: {reason}; run scripts/compile.py)"
     if not any(isinstance(finder, _SourcesFirst) for finder in sys.meta_path):

@@ -27,13 +27,18 @@ print(json.dumps({"state": c.STATE, "files": files}))
 """
 
 
-def import_copy(root: Path) -> dict[str, object]:
-    """What a fresh interpreter makes of the package copied under ``root``."""
+def run_in_copy(root: Path, script: str) -> str:
+    """``script``'s output in a fresh interpreter that imports the package copied under ``root``."""
     out = subprocess.run(
-        [sys.executable, "-c", REPORT], cwd=root, env={"PYTHONPATH": str(root)}, capture_output=True, text=True
+        [sys.executable, "-c", script], cwd=root, env={"PYTHONPATH": str(root)}, capture_output=True, text=True
     )
     assert out.returncode == 0, out.stderr
-    result: dict[str, object] = json.loads(out.stdout)
+    return out.stdout
+
+
+def import_copy(root: Path) -> dict[str, object]:
+    """What a fresh interpreter makes of the package copied under ``root``."""
+    result: dict[str, object] = json.loads(run_in_copy(root, REPORT))
     return result
 
 
@@ -54,7 +59,7 @@ def test_a_build_whose_record_does_not_match_is_not_imported(tmp_path: Path) -> 
     root = copy_package(tmp_path)
     for module in compiled.COMPILED_MODULES:
         (root / (module.replace(".", "/") + SUFFIX)).write_bytes(b"")
-    (root / "gateway" / f"_native__mypyc{SUFFIX}").write_bytes(b"")
+    (root / "gateway" / (compiled.SHARED_LIBRARY + SUFFIX)).write_bytes(b"")
     sources = {m: "0" * 64 for m in compiled.COMPILED_MODULES}
     (root / "gateway" / "_compiled.json").write_text(json.dumps({"suffix": SUFFIX, "sources": sources}))
     report = import_copy(root)
@@ -95,10 +100,6 @@ def test_a_module_the_build_compiled_but_the_list_no_longer_names_is_imported_fr
     (root / "gateway" / "_compiled.json").write_text(json.dumps({"suffix": SUFFIX, "sources": sources}))
     (root / (gone.replace(".", "/") + SUFFIX)).write_bytes(b"")  # would fail to load
     script = "import gateway, gateway.http.sse as m, gateway.compiled as c; print(c.STATE); print(m.__file__)"
-    out = subprocess.run(
-        [sys.executable, "-c", script], cwd=root, env={"PYTHONPATH": str(root)}, capture_output=True, text=True
-    )
-    assert out.returncode == 0, out.stderr
-    state, path = out.stdout.splitlines()
+    state, path = run_in_copy(root, script).splitlines()
     assert state.startswith("interpreted (stale build: it compiled another list of modules")
     assert path.endswith("gateway/http/sse.py")
