@@ -50,6 +50,12 @@ DEFAULT_MODEL_REPOSITORY = Path(__file__).resolve().parent.parent / "triton_mode
 class TritonLaunchError(RuntimeError):
     """tritonserver could not be found, started, or did not become ready."""
 
+    def __init__(self, message: str, *, killed_by: str | None = None) -> None:
+        super().__init__(message)
+        self.killed_by = killed_by
+        """The signal tritonserver died of while it started (an abort, a segfault), if it did not
+        exit on an error it reported."""
+
 
 @dataclass(frozen=True)
 class TritonInstallation:
@@ -269,14 +275,27 @@ class TritonServer:
     def start(self) -> TritonServer:
         """Start and wait until ready. Ports left at 0 are picked free; if another process takes one
         of them before Triton binds it (a race no port picker avoids: vLLM's engine binds ports of
-        its own while it loads beside Triton), Triton exits at once, and fresh ports are tried,
-        three times in all."""
+        its own while it loads beside Triton), Triton exits at once, and fresh ports are tried.
+        A Triton that crashes while it starts (killed by a signal, not exiting on an error it
+        reported) is started again as it was. Three attempts in all."""
         picked = not (self.grpc_port or self.http_port or self.metrics_port)
         for attempt in range(3):
             try:
                 return self._start_once()
             except TritonLaunchError as exc:
-                if not picked or attempt == 2 or "already in use" not in str(exc):
+                if attempt == 2:
+                    raise
+                if exc.killed_by is not None:
+                    # Triton 2.51's Python backend now and then aborts while it loads several
+                    # models at once (boost::interprocess::lock_exception; Triton's tracker has it
+                    # open): the same start succeeds when tried again.
+                    logger.warning(
+                        "tritonserver crashed while it started (killed by %s; log %s); starting it again",
+                        exc.killed_by,
+                        self.log_file,
+                    )
+                    continue
+                if not picked or "already in use" not in str(exc):
                     raise
                 logger.warning("a port picked for tritonserver was taken before it started; trying fresh ports")
                 self.grpc_port = self.http_port = self.metrics_port = 0
@@ -344,8 +363,18 @@ class TritonServer:
         deadline = time.monotonic() + self.ready_timeout
         url = f"http://127.0.0.1:{self.http_port}/v2/health/ready"
         while time.monotonic() < deadline:
-            if self._process is None or self._process.poll() is not None:
-                raise TritonLaunchError(f"tritonserver exited during startup; last log lines:\n{self.log_tail()}")
+            code = None if self._process is None else self._process.poll()
+            if self._process is None or code is not None:
+                killed_by = _signal_name(-code) if code is not None and code < 0 else None
+                how = ""
+                if killed_by is not None:
+                    how = f" (killed by {killed_by})"
+                elif code is not None:
+                    how = f" (exit code {code})"
+                raise TritonLaunchError(
+                    f"tritonserver exited during startup{how}; last log lines:\n{self.log_tail()}",
+                    killed_by=killed_by,
+                )
             try:
                 with urllib.request.urlopen(url, timeout=1) as response:  # noqa: S310 - loopback
                     if response.status == 200:
@@ -407,6 +436,13 @@ class TritonServer:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def _kill_group(process: subprocess.Popen[bytes]) -> None:

@@ -26,6 +26,7 @@ from tests.integration.conftest import ROOT, wait_for
 
 SLOW_REPOSITORY = ROOT / "tests" / "triton_models_slow"  # slow_load: sleeps in initialize
 PROBE_MODEL = ROOT / "tests" / "triton_models_locale" / "locale_probe"  # loads in about a second
+CRASH_REPOSITORY = ROOT / "tests" / "triton_models_crash"  # crash_on_load: aborts tritonserver N times
 TRITON_PROCESSES = {"tritonserver", "triton_python_backend_stub"}
 
 
@@ -46,12 +47,18 @@ def triton_processes(marker: Path) -> list[int]:
     return found
 
 
-def start_embedded(tmp_path: Path, repository: Path, port: int | None = None) -> subprocess.Popen[bytes]:
+def start_embedded(
+    tmp_path: Path, repository: Path, port: int | None = None, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", "gateway", "--embedded", "--port", str(port or free_port())]
     command += ["--model-repository", str(repository), "--log-level", "info"]
     with open(tmp_path / "gateway.log", "wb") as log:
         return subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, "TMPDIR": str(tmp_path)}
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env={**os.environ, "TMPDIR": str(tmp_path), **(env or {})},
         )
 
 
@@ -103,14 +110,7 @@ def test_sigkill_of_a_ready_gateway_takes_triton_and_its_stubs_down(run_dir: Pat
     port = free_port()
     process = start_embedded(tmp_path, repository, port)
     try:
-
-        def ready() -> bool:
-            try:
-                return httpx.get(f"http://127.0.0.1:{port}/health/ready", timeout=2).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        assert wait_for(ready, timeout=60, interval=0.2), log_of(tmp_path)
+        assert wait_for(lambda: gateway_ready(port), timeout=60, interval=0.2), log_of(tmp_path)
         running = triton_processes(tmp_path)
         assert len(running) == 2, running  # tritonserver and the probe's stub
     finally:
@@ -159,3 +159,48 @@ def test_a_picked_port_taken_before_triton_binds_it_is_picked_again(
             assert httpx.get(f"http://127.0.0.1:{server.http_port}/v2/health/ready", timeout=5).status_code == 200
         finally:
             server.stop()
+
+
+def gateway_ready(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/health/ready", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def test_a_triton_that_crashes_while_it_starts_is_started_again(run_dir: Path) -> None:
+    """Triton 2.51's Python backend now and then aborts while several models load (CI saw a
+    ``boost::interprocess::lock_exception``); the model here aborts its tritonserver the same way,
+    once. The embedded gateway comes up on the second start, and says why it took two."""
+    tmp_path = run_dir
+    counter = tmp_path / "crashes"
+    port = free_port()
+    env = {"CRASH_ON_LOAD_COUNTER": str(counter), "CRASH_ON_LOAD_TIMES": "1"}
+    process = start_embedded(tmp_path, CRASH_REPOSITORY, port, env)
+    try:
+        wait_for(lambda: gateway_ready(port) or process.poll() is not None, timeout=90, interval=0.2)
+        assert gateway_ready(port), log_of(tmp_path)
+        assert counter.read_text() == "1"
+        assert "tritonserver crashed while it started" in log_of(tmp_path)
+        assert len(triton_processes(tmp_path)) == 2  # the second tritonserver and its stub; the first's are gone
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    assert_nothing_left(tmp_path)
+
+
+def test_a_triton_that_crashes_at_every_start_is_given_up_after_three(run_dir: Path) -> None:
+    """A crash that repeats is not retried forever: three starts, then an error naming the signal."""
+    tmp_path = run_dir
+    counter = tmp_path / "crashes"
+    env = {"CRASH_ON_LOAD_COUNTER": str(counter), "CRASH_ON_LOAD_TIMES": "5"}
+    process = start_embedded(tmp_path, CRASH_REPOSITORY, env=env)
+    try:
+        assert process.wait(timeout=120) == 2, log_of(tmp_path)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert counter.read_text() == "3"
+    assert log_of(tmp_path).count("tritonserver crashed while it started") == 2
+    assert "killed by SIGABRT" in log_of(tmp_path)
+    assert_nothing_left(tmp_path)
