@@ -37,6 +37,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -219,6 +220,8 @@ def check_stub_numpy(stub_bin: Path) -> None:
         )
 
 
+SHARED_MEMORY = Path("/dev/shm")  # noqa: S108 - where shm_open puts the Python backend's regions on Linux
+
 _HANDED_OUT: set[int] = set()
 _HANDED_OUT_LOCK = threading.Lock()
 
@@ -259,6 +262,11 @@ class TritonServer:
     _process: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
     _workdir: Path | None = field(default=None, init=False, repr=False)
     _log_handle: object | None = field(default=None, init=False, repr=False)
+    shm_prefix: str = field(default_factory=lambda: f"triton_gw_{uuid.uuid4().hex[:12]}_", init=False)
+    """The Python backend's shared-memory regions (``/dev/shm``, one per model instance, 1 MiB or
+    more) are named with this prefix, so that a Triton that was killed (``kill``, a crash while it
+    started) leaves none behind: Triton removes them only when it shuts down in order. A
+    ``shm-region-prefix-name`` in ``extra_args`` wins, and its regions are left alone."""
 
     @property
     def grpc_url(self) -> str:
@@ -331,6 +339,8 @@ class TritonServer:
             "--log-verbose=0",
             *self.extra_args,
         ]
+        if self._owns_shm_regions:
+            command.append(f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}")
         env = dict(os.environ)
         env["LD_LIBRARY_PATH"] = os.pathsep.join(
             p for p in (*_libpython_dirs(), str(install.libs), env.get("LD_LIBRARY_PATH", "")) if p
@@ -428,6 +438,14 @@ class TritonServer:
         if self._workdir is not None:
             shutil.rmtree(self._workdir / "backends", ignore_errors=True)
             shutil.rmtree(self._workdir / "python", ignore_errors=True)
+        if self._owns_shm_regions:
+            # Only ever called once Triton's process group is gone (or never started).
+            for region in SHARED_MEMORY.glob(f"{self.shm_prefix}*"):
+                region.unlink(missing_ok=True)
+
+    @property
+    def _owns_shm_regions(self) -> bool:
+        return not any("shm-region-prefix-name" in arg for arg in self.extra_args)
 
     def __enter__(self) -> TritonServer:
         return self.start()

@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.triton_launcher import free_port
+from gateway.triton_launcher import SHARED_MEMORY, TritonServer, free_port
 from tests.integration.conftest import ROOT, wait_for
 
 SLOW_REPOSITORY = ROOT / "tests" / "triton_models_slow"  # slow_load: sleeps in initialize
@@ -161,6 +161,15 @@ def test_a_picked_port_taken_before_triton_binds_it_is_picked_again(
             server.stop()
 
 
+def shm_prefix_of(pids: list[int]) -> str:
+    """The Python backend's region prefix on the command line of the tritonserver among ``pids``."""
+    for pid in pids:
+        for arg in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0"):
+            if "shm-region-prefix-name=" in arg:
+                return arg.split("shm-region-prefix-name=", 1)[1]
+    raise AssertionError(f"no shm-region-prefix-name among {pids}'s command lines")
+
+
 def gateway_ready(port: int) -> bool:
     try:
         return httpx.get(f"http://127.0.0.1:{port}/health/ready", timeout=2).status_code == 200
@@ -182,11 +191,16 @@ def test_a_triton_that_crashes_while_it_starts_is_started_again(run_dir: Path) -
         assert gateway_ready(port), log_of(tmp_path)
         assert counter.read_text() == "1"
         assert "tritonserver crashed while it started" in log_of(tmp_path)
-        assert len(triton_processes(tmp_path)) == 2  # the second tritonserver and its stub; the first's are gone
+        running = triton_processes(tmp_path)
+        assert len(running) == 2  # the second tritonserver and its stub; the first's are gone
+        # The crashed Triton's shared-memory region is gone too: only the running stub's is left.
+        prefix = shm_prefix_of(running)
+        assert len(list(SHARED_MEMORY.glob(f"{prefix}*"))) == 1
     finally:
         process.terminate()
         process.wait(timeout=30)
     assert_nothing_left(tmp_path)
+    assert not list(SHARED_MEMORY.glob(f"{prefix}*"))
 
 
 def test_a_triton_that_crashes_at_every_start_is_given_up_after_three(run_dir: Path) -> None:
@@ -204,3 +218,20 @@ def test_a_triton_that_crashes_at_every_start_is_given_up_after_three(run_dir: P
     assert log_of(tmp_path).count("tritonserver crashed while it started") == 2
     assert "killed by SIGABRT" in log_of(tmp_path)
     assert_nothing_left(tmp_path)
+
+
+def test_a_killed_triton_leaves_no_shared_memory_behind(tmp_path: Path) -> None:
+    """Triton removes its Python-backend regions in ``/dev/shm`` only when it shuts down in order;
+    a killed one (a test's ``kill``, a crash, the OOM killer) leaves them, 1 MiB or more each.
+    The launcher names them, and removes what is left once the process group is gone."""
+    repository = tmp_path / "repository"
+    shutil.copytree(PROBE_MODEL, repository / PROBE_MODEL.name)
+    server = TritonServer(repository, log_file=tmp_path / "triton.log").start()
+    try:
+        regions = list(SHARED_MEMORY.glob(f"{server.shm_prefix}*"))
+        assert len(regions) == 1, regions  # the probe model's one instance
+        server.kill()
+        assert regions[0].exists()  # Triton did not remove it: it was killed
+    finally:
+        server.stop()
+    assert not list(SHARED_MEMORY.glob(f"{server.shm_prefix}*"))
