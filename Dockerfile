@@ -17,13 +17,19 @@ ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
+# A C compiler for mypyc: the per-token modules are compiled (install-gateway --compile). Only
+# the venv reaches the runtime stage, not the compiler.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends gcc libc6-dev \
+ && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 # The same script tests/deploy/test_image_install.py runs against a real Triton.
 COPY deploy/docker/install-gateway.sh /usr/local/bin/install-gateway
 # README.m[d]: copied when present (pyproject names it), no error when absent.
 COPY pyproject.toml README.m[d] ./
 COPY gateway ./gateway
-RUN install-gateway /src /opt/venv /tmp/wheels
+COPY scripts/compile.py ./scripts/
+RUN install-gateway --compile /src /opt/venv /tmp/wheels
 
 FROM ${PYTHON_IMAGE} AS runtime
 LABEL org.opencontainers.image.title="triton-openai-gateway" \
