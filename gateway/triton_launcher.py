@@ -220,6 +220,9 @@ def check_stub_numpy(stub_bin: Path) -> None:
         )
 
 
+CRASH_SIGNALS = frozenset({"SIGABRT", "SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL"})
+"""What a tritonserver that crashed dies of, as opposed to one killed from outside."""
+
 SHARED_MEMORY = Path("/dev/shm")  # noqa: S108 - where shm_open puts the Python backend's regions on Linux
 
 _HANDED_OUT: set[int] = set()
@@ -284,7 +287,7 @@ class TritonServer:
         """Start and wait until ready. Ports left at 0 are picked free; if another process takes one
         of them before Triton binds it (a race no port picker avoids: vLLM's engine binds ports of
         its own while it loads beside Triton), Triton exits at once, and fresh ports are tried.
-        A Triton that crashes while it starts (killed by a signal, not exiting on an error it
+        A Triton that crashes while it starts (an abort or a segfault, not an exit on an error it
         reported) is started again as it was. Three attempts in all."""
         picked = not (self.grpc_port or self.http_port or self.metrics_port)
         for attempt in range(3):
@@ -293,10 +296,11 @@ class TritonServer:
             except TritonLaunchError as exc:
                 if attempt == 2:
                     raise
-                if exc.killed_by is not None:
+                if exc.killed_by in CRASH_SIGNALS:
                     # Triton 2.51's Python backend now and then aborts while it loads several
                     # models at once (boost::interprocess::lock_exception; Triton's tracker has it
-                    # open): the same start succeeds when tried again.
+                    # open): the same start succeeds when tried again. Not after SIGKILL (the OOM
+                    # killer would kill it again) or SIGTERM (someone wants it stopped).
                     logger.warning(
                         "tritonserver crashed while it started (killed by %s; log %s); starting it again",
                         exc.killed_by,

@@ -220,6 +220,23 @@ def test_a_triton_that_crashes_at_every_start_is_given_up_after_three(run_dir: P
     assert_nothing_left(tmp_path)
 
 
+def test_a_triton_killed_from_outside_while_it_starts_is_not_started_again(run_dir: Path) -> None:
+    """SIGKILL is what the OOM killer sends: starting the same load again would meet it again."""
+    tmp_path = run_dir
+    counter = tmp_path / "crashes"
+    env = {"CRASH_ON_LOAD_COUNTER": str(counter), "CRASH_ON_LOAD_TIMES": "5", "CRASH_ON_LOAD_SIGNAL": "SIGKILL"}
+    process = start_embedded(tmp_path, CRASH_REPOSITORY, env=env)
+    try:
+        assert process.wait(timeout=120) == 2, log_of(tmp_path)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert counter.read_text() == "1"
+    assert "killed by SIGKILL" in log_of(tmp_path)
+    assert "crashed while it started" not in log_of(tmp_path)
+    assert_nothing_left(tmp_path)
+
+
 def test_a_killed_triton_leaves_no_shared_memory_behind(tmp_path: Path) -> None:
     """Triton removes its Python-backend regions in ``/dev/shm`` only when it shuts down in order;
     a killed one (a test's ``kill``, a crash, the OOM killer) leaves them, 1 MiB or more each.

@@ -1,9 +1,9 @@
 """Crashes the tritonserver that loads it, as Triton 2.51's Python backend now and then does.
 
 The crash Triton's launcher must survive is an abort inside tritonserver while models load (a
-``boost::interprocess::lock_exception``). This model sends its tritonserver the same SIGABRT from
-``initialize`` while the count in the file named by ``CRASH_ON_LOAD_COUNTER`` is below
-``CRASH_ON_LOAD_TIMES``, adding one each time; then it loads.
+``boost::interprocess::lock_exception``). This model sends its tritonserver the same SIGABRT (or
+the signal ``CRASH_ON_LOAD_SIGNAL`` names) from ``initialize`` while the count in the file named
+by ``CRASH_ON_LOAD_COUNTER`` is below ``CRASH_ON_LOAD_TIMES``, adding one each time; then it loads.
 """
 
 import os
@@ -31,7 +31,7 @@ class TritonPythonModel:
         crashed = int(counter.read_text()) if counter.exists() else 0
         if crashed < int(os.environ["CRASH_ON_LOAD_TIMES"]):
             counter.write_text(str(crashed + 1))
-            os.kill(tritonserver_pid(), signal.SIGABRT)
+            os.kill(tritonserver_pid(), signal.Signals[os.environ.get("CRASH_ON_LOAD_SIGNAL", "SIGABRT")])
             time.sleep(30)  # the server is gone; the launcher kills this stub with its group
 
     def execute(self, requests: list) -> list:  # type: ignore[type-arg]
