@@ -203,37 +203,26 @@ def test_a_triton_that_crashes_while_it_starts_is_started_again(run_dir: Path) -
     assert not list(SHARED_MEMORY.glob(f"{prefix}*"))
 
 
-def test_a_triton_that_crashes_at_every_start_is_given_up_after_three(run_dir: Path) -> None:
-    """A crash that repeats is not retried forever: three starts, then an error naming the signal."""
+@pytest.mark.parametrize(
+    ("signame", "starts"),
+    [("SIGABRT", 3), ("SIGKILL", 1)],
+    ids=["a crash is tried three times", "a kill from outside once"],
+)
+def test_a_triton_that_dies_at_every_start_is_given_up(run_dir: Path, signame: str, starts: int) -> None:
+    """A crash that repeats is not retried forever: three starts, then an error naming the signal.
+    SIGKILL (what the OOM killer sends) is not retried at all: the same load would meet it again."""
     tmp_path = run_dir
     counter = tmp_path / "crashes"
-    env = {"CRASH_ON_LOAD_COUNTER": str(counter), "CRASH_ON_LOAD_TIMES": "5"}
+    env = {"CRASH_ON_LOAD_COUNTER": str(counter), "CRASH_ON_LOAD_TIMES": "5", "CRASH_ON_LOAD_SIGNAL": signame}
     process = start_embedded(tmp_path, CRASH_REPOSITORY, env=env)
     try:
         assert process.wait(timeout=120) == 2, log_of(tmp_path)
     finally:
         if process.poll() is None:
             process.kill()
-    assert counter.read_text() == "3"
-    assert log_of(tmp_path).count("tritonserver crashed while it started") == 2
-    assert "killed by SIGABRT" in log_of(tmp_path)
-    assert_nothing_left(tmp_path)
-
-
-def test_a_triton_killed_from_outside_while_it_starts_is_not_started_again(run_dir: Path) -> None:
-    """SIGKILL is what the OOM killer sends: starting the same load again would meet it again."""
-    tmp_path = run_dir
-    counter = tmp_path / "crashes"
-    env = {"CRASH_ON_LOAD_COUNTER": str(counter), "CRASH_ON_LOAD_TIMES": "5", "CRASH_ON_LOAD_SIGNAL": "SIGKILL"}
-    process = start_embedded(tmp_path, CRASH_REPOSITORY, env=env)
-    try:
-        assert process.wait(timeout=120) == 2, log_of(tmp_path)
-    finally:
-        if process.poll() is None:
-            process.kill()
-    assert counter.read_text() == "1"
-    assert "killed by SIGKILL" in log_of(tmp_path)
-    assert "crashed while it started" not in log_of(tmp_path)
+    assert counter.read_text() == str(starts)
+    assert log_of(tmp_path).count("tritonserver crashed while it started") == starts - 1
+    assert f"killed by {signame}" in log_of(tmp_path)
     assert_nothing_left(tmp_path)
 
 
