@@ -10,6 +10,9 @@ bound). It is used by the CLI's embedded mode and by the test fixtures, so both 
 Triton never outlives the process that started it: it gets SIGKILL from the kernel when that
 process dies, however it dies (``PR_SET_PDEATHSIG``), and its python-backend stubs notice their
 parent is gone and exit on their own (measured: within 0.6 s, also while a model is loading).
+A start that crashes (Triton 2.51's Python backend aborts now and then while several models load)
+is tried again, and what a killed Triton leaves in ``/dev/shm`` is removed (``TritonServer.start``,
+``TritonServer.shm_prefix``).
 
 The stubs run an isolated interpreter that ignores the environment's locale and starts with
 ``LC_CTYPE=C``, so a model that opens a UTF-8 file without ``encoding=`` (torch's inductor does)
