@@ -82,8 +82,7 @@ def _stale_reason() -> str | None:
     """Why the build on disk cannot be used, or None when it can (or when there is none)."""
     global _built
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
-    built = [m for m in COMPILED_MODULES if extension_path(m, suffix).exists()]
-    if not built and not STAMP.exists():
+    if not STAMP.exists() and not any(extension_path(m, suffix).exists() for m in COMPILED_MODULES):
         return None
     try:
         stamp = json.loads(STAMP.read_text())
