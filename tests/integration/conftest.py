@@ -84,6 +84,15 @@ class GatewayProcess:
         return self.log.read_text(errors="replace")
 
 
+def answers_ok(url: str) -> bool:
+    """Whether a GET of ``url`` answers 200 now (a gateway's ``/health/ready``); not listening yet
+    is a no."""
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 def start_gateway(
     triton_url: str, log: Path, *extra: str, env: dict[str, str] | None = None, wait_ready: bool = True
 ) -> GatewayProcess:
@@ -112,11 +121,8 @@ def start_gateway(
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"gateway exited early:\n{log.read_text(errors='replace')}")
-        try:
-            if httpx.get(url + path, timeout=2).status_code == 200:
-                return GatewayProcess(url, process, log)
-        except httpx.HTTPError:
-            pass
+        if answers_ok(url + path):
+            return GatewayProcess(url, process, log)
         time.sleep(0.1)
     process.kill()
     raise RuntimeError(f"gateway not ready:\n{log.read_text(errors='replace')}")

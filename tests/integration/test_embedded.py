@@ -10,11 +10,10 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
 import openai
 
 from gateway.triton_launcher import free_port
-from tests.integration.conftest import ROOT, wait_for
+from tests.integration.conftest import ROOT, answers_ok, wait_for
 
 
 def test_embedded_mode_serves_the_tiny_model_and_stops_triton(tmp_path: Path) -> None:
@@ -31,14 +30,7 @@ def test_embedded_mode_serves_the_tiny_model_and_stops_triton(tmp_path: Path) ->
         )
     url = f"http://127.0.0.1:{port}"
     try:
-
-        def ready() -> bool:
-            try:
-                return httpx.get(url + "/health/ready", timeout=2).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        assert wait_for(ready, timeout=90, interval=0.3), log.read_text()
+        assert wait_for(lambda: answers_ok(url + "/health/ready"), timeout=90, interval=0.3), log.read_text()
         with openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0) as sdk:
             models = {m.id for m in sdk.models.list().data}
             assert {"tiny-llm", "tiny-llm:alpha", "tiny-llm:beta"} <= models

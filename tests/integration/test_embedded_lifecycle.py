@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from gateway.triton_launcher import SHARED_MEMORY, TritonServer, free_port
-from tests.integration.conftest import ROOT, wait_for
+from tests.integration.conftest import ROOT, answers_ok, wait_for
 
 SLOW_REPOSITORY = ROOT / "tests" / "triton_models_slow"  # slow_load: sleeps in initialize
 PROBE_MODEL = ROOT / "tests" / "triton_models_locale" / "locale_probe"  # loads in about a second
@@ -171,10 +171,7 @@ def shm_prefix_of(pids: list[int]) -> str:
 
 
 def gateway_ready(port: int) -> bool:
-    try:
-        return httpx.get(f"http://127.0.0.1:{port}/health/ready", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
+    return answers_ok(f"http://127.0.0.1:{port}/health/ready")
 
 
 def test_a_triton_that_crashes_while_it_starts_is_started_again(run_dir: Path) -> None:

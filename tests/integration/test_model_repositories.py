@@ -17,14 +17,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import openai
 import pytest
 
 from gateway.models.templates import ChatTemplate
 from gateway.triton_launcher import free_port
 from tests.hf_cache import put_in_hub_cache
-from tests.integration.conftest import ROOT, TEST_REPOSITORY, wait_for
+from tests.integration.conftest import ROOT, TEST_REPOSITORY, answers_ok, wait_for
 
 WEIGHTS = ROOT / "triton_models" / "weights" / "tiny-llm"
 DECOY = "DECOY {% for m in messages %}{{ m['content'] }}{% endfor %}"
@@ -81,11 +80,8 @@ def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Embedded]:
         process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, cwd=cwd, env=env)
     url = f"http://127.0.0.1:{port}"
 
-    def ready() -> bool:
-        try:
-            return httpx.get(url + "/health/ready", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return process.poll() is not None
+    def ready() -> bool:  # or exited: no use waiting then
+        return answers_ok(url + "/health/ready") or process.poll() is not None
 
     try:
         assert wait_for(ready, timeout=90, interval=0.3) and process.poll() is None, log.read_text()
