@@ -47,7 +47,7 @@ from gateway.core.service import CompletionService
 from gateway.http.streaming import StreamFrames
 from gateway.metrics import Metrics
 from gateway.models.catalog import ModelCatalog
-from gateway.openai.schemas import CompletionRequest
+from gateway.plan.requests import CompletionRequest
 from gateway.plan.prepare import RequestContext, prepare_completion
 
 

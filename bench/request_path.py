@@ -68,7 +68,7 @@ from common import request_prompt  # noqa: E402
 from gateway.app import create_app  # noqa: E402
 from gateway.backend.types import BackendModel, GenerationChunk, GenerationRequest  # noqa: E402
 from gateway.config import Settings  # noqa: E402
-from gateway.openai.schemas import ChatCompletionRequest, CompletionRequest  # noqa: E402
+from gateway.plan.requests import ChatCompletionRequest, CompletionRequest  # noqa: E402
 from gateway.plan.prepare import RequestContext, prepare_chat, prepare_completion  # noqa: E402
 from gateway.server import tune_gc  # noqa: E402
 

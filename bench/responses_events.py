@@ -25,7 +25,7 @@ from gateway.core.assemble import ChoiceEvent, Usage
 from gateway.http.sse import DATA_FRAMING, DONE_FRAME, event_framing
 from gateway.openai.encode import ChunkEncoder
 from gateway.openai.responses_encode import ResponseEncoder
-from gateway.openai.responses_schemas import ResponsesRequest
+from gateway.plan.responses_request import ResponsesRequest
 from gateway.plan.responses import response_head
 
 TOKEN = " tok"

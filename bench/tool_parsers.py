@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gateway.backend.types import GenerationChunk
 from gateway.core.assemble import RequestAssembler
-from gateway.plan.tools import ToolPlan
+from gateway.core.generation_plan import ToolPlan
 from gateway.tools import ParsedCall, make_parser
 
 NAMES = frozenset({"get_weather", "search"})

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.backend.types import GenerationRequest
-from gateway.plan.prepare import GenerationPlan
+from gateway.core.generation_plan import GenerationPlan
 
 
 def make_plan(*, prompts: int = 1, stream: bool = True, **fields: Any) -> GenerationPlan:

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from gateway.backend.types import GenerationChunk
+from gateway.core.generation_plan import ToolPlan
 from gateway.core.logprobs import chat_logprobs, completion_logprobs
 from gateway.core.toolcalls import ToolCallOut, ToolCallReader
 from gateway.errors import BackendError
-from gateway.plan.tools import ToolPlan
 
 
 class ChoiceEvent(NamedTuple):

@@ -19,9 +19,9 @@ from collections.abc import AsyncIterator
 from gateway.backend.types import Backend, GenerationChunk
 from gateway.core.admission import Ticket
 from gateway.core.assemble import ChoiceEvent, RequestAssembler, Usage, coalesce
+from gateway.core.generation_plan import GenerationPlan
 from gateway.core.outcome import RequestOutcome
 from gateway.core.streams import Positioned, merge
-from gateway.plan.prepare import GenerationPlan
 
 
 class Generation:

@@ -13,10 +13,10 @@ import asyncio
 import time
 
 from gateway.core.assemble import Usage
+from gateway.core.generation_plan import GenerationPlan
 from gateway.errors import BackendTimeoutError, GatewayError, ShuttingDownError
 from gateway.logs import log_request
 from gateway.metrics import GapTally, Metrics, RequestRecord
-from gateway.plan.prepare import GenerationPlan
 
 CLIENT_GONE: tuple[type[BaseException], ...] = (asyncio.CancelledError, GeneratorExit)
 """How a client's disconnect reaches the core: the request's task is cancelled (a non-streaming

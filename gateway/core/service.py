@@ -13,10 +13,10 @@ import time
 from gateway.backend.types import Backend
 from gateway.core.admission import Admission, Ticket
 from gateway.core.generate import Generation
+from gateway.core.generation_plan import GenerationPlan
 from gateway.core.outcome import RequestOutcome
 from gateway.errors import GatewayError, ShuttingDownError
 from gateway.metrics import Metrics
-from gateway.plan.prepare import GenerationPlan
 
 
 class CompletionService:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import uuid
 from typing import NamedTuple
 
-from gateway.plan.tools import FORCED_NAMED, ToolPlan
+from gateway.core.generation_plan import FORCED_NAMED, ToolPlan
 from gateway.tools.registry import make_parser
 from gateway.tools.types import ParsedCall, ToolCallParser
 

@@ -41,8 +41,8 @@ from gateway.http.errors import (
     unreadable_body,
 )
 from gateway.http.routes import chat, completions, responses
-from gateway.openai.responses_schemas import ResponsesRequest
-from gateway.openai.schemas import ChatCompletionRequest, CompletionRequest
+from gateway.plan.requests import ChatCompletionRequest, CompletionRequest
+from gateway.plan.responses_request import ResponsesRequest
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -19,6 +19,7 @@ from starlette.responses import Response
 from gateway.config import Settings
 from gateway.core.admission import Ticket
 from gateway.core.generate import Generation
+from gateway.core.generation_plan import GenerationPlan
 from gateway.core.service import CompletionService
 from gateway.errors import GatewayError
 from gateway.http.disconnect import ClientWatch
@@ -28,7 +29,6 @@ from gateway.http.responses import JSONBytesResponse
 from gateway.http.sse import Frames, sse_response
 from gateway.http.streaming import First, FirstStep, StreamFrames
 from gateway.openai.encode import CompletionBuilder
-from gateway.plan.prepare import GenerationPlan
 
 
 class Answer(Protocol):

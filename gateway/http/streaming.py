@@ -15,12 +15,12 @@ import logging
 
 from gateway.core.assemble import ChoiceEvent, Usage
 from gateway.core.generate import Generation
+from gateway.core.generation_plan import GenerationPlan
 from gateway.errors import GatewayError
 from gateway.http.errors import error_event
 from gateway.http.sse import DATA_FRAMING, DONE_FRAME
 from gateway.openai.encode import ChunkEncoder
 from gateway.openai.usage import ContinuousUsage
-from gateway.plan.prepare import GenerationPlan
 
 logger = logging.getLogger(__name__)
 

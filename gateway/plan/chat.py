@@ -9,7 +9,7 @@ from typing import Any
 
 from gateway.errors import InvalidRequestError
 from gateway.models.resolve import ResolvedModel
-from gateway.openai.schemas import ChatCompletionRequest, ChatMessage, TextContentPart
+from gateway.plan.requests import ChatCompletionRequest, ChatMessage, TextContentPart
 from gateway.plan.tools import template_tool_calls
 
 

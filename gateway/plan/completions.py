@@ -7,7 +7,7 @@ answered with a clear 400 rather than approximated.
 from __future__ import annotations
 
 from gateway.errors import InvalidRequestError
-from gateway.openai.schemas import CompletionRequest
+from gateway.plan.requests import CompletionRequest
 
 
 def completion_prompts(request: CompletionRequest) -> list[str]:

@@ -4,7 +4,7 @@ than OpenAI's schema. Pure: the caller passes the configured values."""
 from __future__ import annotations
 
 from gateway.errors import InvalidRequestError
-from gateway.openai.schemas import ChatCompletionRequest, SamplingFields
+from gateway.plan.requests import ChatCompletionRequest, SamplingFields
 
 
 def check_sampling_limits(body: SamplingFields, *, max_n: int) -> None:

@@ -15,15 +15,16 @@ from typing import Protocol
 
 from gateway.backend.types import GenerationRequest
 from gateway.config import Settings
+from gateway.core.generation_plan import GenerationPlan, ToolPlan
 from gateway.models.catalog import ModelCatalog
 from gateway.models.resolve import ResolvedModel, resolve_model
-from gateway.openai.schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
 from gateway.plan.budget import plan_budget
 from gateway.plan.chat import chat_max_tokens, render_chat_prompt
 from gateway.plan.completions import check_completion_options, completion_prompts
 from gateway.plan.limits import check_chat_limits, check_sampling_limits
+from gateway.plan.requests import ChatCompletionRequest, CompletionRequest, SamplingFields
 from gateway.plan.sampling import stop_list, to_generation_requests
-from gateway.plan.tools import NO_TOOLS, ToolPlan, ToolsDecision, plan_tools
+from gateway.plan.tools import NO_TOOLS, ToolsDecision, plan_tools
 from gateway.plan.validate import check_request
 from gateway.tools.registry import PARSERS
 
@@ -51,59 +52,6 @@ def session_key_of(context: RequestContext, body: SessionFields) -> str | None:
     """What ties the request to a conversation, most explicit first: the header, OpenAI's
     ``prompt_cache_key``, then ``user`` (the Responses route adds its conversation's root)."""
     return context.session_key or body.prompt_cache_key or body.user or None
-
-
-@dataclass(frozen=True, slots=True)
-class GenerationPlan:
-    """One request, decided: a backend request per choice, and how to assemble and answer."""
-
-    requests: tuple[GenerationRequest, ...]
-    """One single-sequence request per choice, in choice order: prompt position × ``n`` + i."""
-    request_id: str
-    chat: bool
-    stream: bool
-    model_id: str
-    """The id the client asked for (a base model or ``<base><sep><adapter>``), echoed back."""
-    adapter: str | None
-    completion_id: str
-    created: int
-    n: int
-    """Choices per prompt."""
-    stops: tuple[str, ...]
-    include_stop: bool
-    max_tokens: tuple[int, ...]
-    """Per prompt."""
-    include_usage: bool
-    continuous_usage: bool
-    logprobs: int | None = None
-    """Top-k alternatives asked for (0: only the sampled token); None: no logprobs."""
-    echo: tuple[str, ...] | None = None
-    """Legacy completions with ``echo``: each prompt's text, shown before its completion."""
-    prompt_tokens: tuple[int | None, ...] = ()
-    """The gateway's own count per prompt: usage when the backend reports none (TensorRT-LLM).
-    None where counting could change nothing (``plan/budget.py``): the backend reports it."""
-    deadline: float | None = None
-    tools: ToolPlan | None = None
-    """How each choice's text is read for tool calls; None: plain text."""
-    api: str | None = None
-    """The endpoint, when it is not the one ``chat`` says (``responses``: a chat plan in another API)."""
-
-    @property
-    def model(self) -> str:
-        """The base model's name: admission's gate and the metrics' label."""
-        return self.requests[0].model
-
-    @property
-    def endpoint(self) -> str:
-        """The metrics' and the request log's ``endpoint`` label."""
-        if self.api is not None:
-            return self.api
-        return "chat" if self.chat else "completions"
-
-    @property
-    def choices(self) -> int:
-        """Choices in the response: ``n`` per prompt, one backend request each."""
-        return len(self.requests)
 
 
 def choice_ids(request_id: str, first: int, n: int, total: int) -> list[str]:

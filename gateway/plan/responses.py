@@ -21,12 +21,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.config import Settings
+from gateway.core.generation_plan import GenerationPlan
 from gateway.errors import InvalidRequestError
 from gateway.models.catalog import ModelCatalog
-from gateway.openai.responses_schemas import ResponsesRequest, TextConfig
-from gateway.openai.schemas import SAMPLING_EXTRAS, ChatCompletionRequest
-from gateway.plan.prepare import GenerationPlan, RequestContext, prepare_chat, session_key_of
+from gateway.plan.prepare import RequestContext, prepare_chat, session_key_of
+from gateway.plan.requests import SAMPLING_EXTRAS, ChatCompletionRequest
 from gateway.plan.responses_input import history_items, load_chain, new_id, normalize_input, to_chat_messages
+from gateway.plan.responses_request import ResponsesRequest, TextConfig
 from gateway.store.base import ResponseStore
 
 TOOL_CHOICE_OPTIONS = ("auto", "none", "required")

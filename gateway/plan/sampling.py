@@ -14,7 +14,7 @@ from typing import Any
 from gateway.backend.types import GenerationRequest, Placement
 from gateway.errors import ContextLengthExceededError
 from gateway.models.resolve import ResolvedModel
-from gateway.openai.schemas import ChatCompletionRequest, SamplingFields
+from gateway.plan.requests import ChatCompletionRequest, SamplingFields
 
 # request field → SamplingParams field, copied when set (not None).
 _PASS_THROUGH = (

@@ -25,30 +25,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.backend.contracts.trtllm import is_trtllm
+from gateway.core.generation_plan import FORCED_NAMED, FORCED_REQUIRED, ToolPlan
 from gateway.errors import InvalidRequestError
 from gateway.models.catalog import ServedModel
-from gateway.openai.schemas import ChatCompletionRequest
+from gateway.plan.requests import ChatCompletionRequest
 from gateway.tools.registry import PARSERS
 from gateway.tools.schemas import named_call_schema, required_calls_schema
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 """OpenAI's rule for function names."""
-
-FORCED_NAMED = "forced_named"
-FORCED_REQUIRED = "forced_required"
-
-
-@dataclass(frozen=True, slots=True)
-class ToolPlan:
-    """How one request's output is read for tool calls."""
-
-    parser: str
-    """A ``gateway.tools`` parser name: the model's format for ``auto``, or a forced one."""
-    tool_names: frozenset[str]
-    parallel: bool
-    """False: only the first call of a choice is kept (``parallel_tool_calls: false``)."""
-    forced_name: str | None = None
-    """The function a named ``tool_choice`` forces (its output is that function's arguments)."""
 
 
 @dataclass(frozen=True, slots=True)

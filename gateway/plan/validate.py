@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from gateway.config import Settings
 from gateway.errors import InvalidRequestError
 from gateway.models.catalog import ServedModel
-from gateway.openai.schemas import ChatCompletionRequest, SamplingFields
+from gateway.plan.requests import ChatCompletionRequest, SamplingFields
 
 GREEDY_BELOW = 1e-5
 """vLLM's ``_SAMPLING_EPS``: a temperature under it is greedy (argmax) sampling."""

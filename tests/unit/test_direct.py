@@ -23,7 +23,7 @@ from gateway.config import Settings
 from gateway.errors import InvalidRequestError
 from gateway.http.direct import DIRECT_ROUTES, parse_body, read_body
 from gateway.http.routes import chat, completions, responses
-from gateway.openai.schemas import ChatCompletionRequest, CompletionRequest
+from gateway.plan.requests import ChatCompletionRequest, CompletionRequest
 from tests.fakes import ScriptedBackend, text_chunks
 from tests.unit.test_app import make_repo
 

@@ -12,10 +12,10 @@ from gateway.backend.types import GenerationChunk, GenerationRequest
 from gateway.core.admission import Admission, Ticket
 from gateway.core.assemble import ChoiceEvent
 from gateway.core.generate import Generation
+from gateway.core.generation_plan import GenerationPlan
 from gateway.core.outcome import RequestOutcome
 from gateway.errors import BackendError, InvalidRequestError
 from gateway.metrics import Metrics
-from gateway.plan.prepare import GenerationPlan
 from tests.fakes import ScriptedBackend, text_chunks
 from tests.plans import make_plan
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from gateway.openai.nullable import or_null
-from gateway.openai.schemas import ChatCompletionRequest, CompletionRequest, StreamOptions
+from gateway.plan.nullable import or_null
+from gateway.plan.requests import ChatCompletionRequest, CompletionRequest, StreamOptions
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 COMPLETION = {"model": "m", "prompt": "hi"}

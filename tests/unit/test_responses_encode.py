@@ -16,8 +16,8 @@ from gateway.core.assemble import ChoiceEvent, Usage
 from gateway.core.toolcalls import ToolCallOut
 from gateway.http.sse import event_framing
 from gateway.openai.responses_encode import ResponseEncoder, input_item_list
-from gateway.openai.responses_schemas import ResponsesRequest
 from gateway.plan.responses import response_head
+from gateway.plan.responses_request import ResponsesRequest
 
 HEAD = response_head(ResponsesRequest(model="m", input="hi"), "resp_1", 1, True)
 CALL = ToolCallOut(0, "call_1", "f", '{"a": 1}')

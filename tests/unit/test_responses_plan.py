@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 
 from gateway.errors import InvalidRequestError
-from gateway.openai.responses_schemas import ResponsesRequest
 from gateway.plan.responses import (
     chat_response_format,
     chat_tool_choice,
@@ -19,6 +18,7 @@ from gateway.plan.responses import (
     to_chat_request,
 )
 from gateway.plan.responses_input import load_history, normalize_input, to_chat_messages
+from gateway.plan.responses_request import ResponsesRequest
 from gateway.store.base import StoredResponse
 
 pytestmark = pytest.mark.anyio

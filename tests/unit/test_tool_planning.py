@@ -7,12 +7,13 @@ from typing import Any
 
 import pytest
 
+from gateway.core.generation_plan import FORCED_NAMED, FORCED_REQUIRED, ToolPlan
 from gateway.core.toolcalls import ToolCallReader
 from gateway.errors import InvalidRequestError
 from gateway.models.catalog import ServedModel
-from gateway.openai.schemas import ChatCompletionRequest
 from gateway.plan.chat import to_template_messages
-from gateway.plan.tools import FORCED_NAMED, FORCED_REQUIRED, ToolPlan, plan_tools
+from gateway.plan.requests import ChatCompletionRequest
+from gateway.plan.tools import plan_tools
 
 TOOLS = [
     {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {}}}}},

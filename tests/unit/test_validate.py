@@ -13,9 +13,9 @@ from tokenizers import Tokenizer
 from gateway.config import Settings
 from gateway.errors import InvalidRequestError
 from gateway.models.catalog import ServedModel
-from gateway.openai.schemas import ChatCompletionRequest, CompletionRequest
 from gateway.plan.budget import token_budget
 from gateway.plan.completions import completion_prompts
+from gateway.plan.requests import ChatCompletionRequest, CompletionRequest
 from gateway.plan.validate import carries_logit_bias, check_request, check_tool_choice
 
 WEIGHTS = Path(__file__).resolve().parents[2] / "triton_models" / "weights" / "tiny-llm"

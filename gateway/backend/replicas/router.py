@@ -24,21 +24,21 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from typing import Protocol
 
 from gateway.backend.replicas.prefixes import BLOCK_CHARS, PrefixTable, block_hashes
 from gateway.backend.replicas.ring import HashRing, bounded_choice, load_bound
 
 
-class Policy(str, Enum):
+class Policy(StrEnum):
     AFFINITY = "affinity"
     PREFIX = "prefix"
     LEAST_LOADED = "least_loaded"
     ROUND_ROBIN = "round_robin"
 
 
-class Route(str, Enum):
+class Route(StrEnum):
     """How a request's replica was chosen (the ``x-gateway-route`` header)."""
 
     SESSION = "session"

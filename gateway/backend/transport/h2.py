@@ -121,7 +121,7 @@ class H2Transport:
             return await asyncio.shield(dial)
         try:  # the dial is shared: a caller whose deadline passes leaves it to the others
             return await asyncio.wait_for(asyncio.shield(dial), max(0.0, deadline - time.monotonic()))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise CallError(DEADLINE_EXCEEDED, f"the deadline passed while connecting to {self.target}") from None
 
     def reachable(self) -> None:
@@ -141,7 +141,7 @@ class H2Transport:
             )
         except CallError as exc:
             failure = exc
-        except (OSError, asyncio.TimeoutError) as exc:  # ssl.SSLError is an OSError
+        except (TimeoutError, OSError) as exc:  # ssl.SSLError is an OSError
             failure = CallError(UNAVAILABLE, f"cannot connect to {self.target} ({exc or type(exc).__name__})")
         else:
             self._failure, self._backoff = None, self._backoff_first

@@ -529,7 +529,7 @@ class GrpcConnection(asyncio.Protocol):
             return
         try:
             await asyncio.wait_for(waiter, max(0.0, deadline - time.monotonic()))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             limit = self._peer_max_streams
             raise CallError(
                 DEADLINE_EXCEEDED, f"the deadline passed while waiting for a stream slot (the server allows {limit})"

@@ -9,8 +9,8 @@ from starlette.responses import Response
 from gateway.http.deps import ComponentsDep, request_context
 from gateway.http.respond import respond
 from gateway.http.routes import log_unknown_fields
-from gateway.openai.schemas import ChatCompletionRequest
 from gateway.plan.prepare import prepare_chat
+from gateway.plan.requests import ChatCompletionRequest
 
 router = APIRouter()
 

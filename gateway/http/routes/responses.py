@@ -15,8 +15,8 @@ from gateway.http.responses_answer import ResponsesAnswer
 from gateway.http.routes import log_unknown_fields
 from gateway.http.security import request_owner
 from gateway.openai.responses_encode import deleted_object, input_item_list
-from gateway.openai.responses_schemas import ResponsesRequest
 from gateway.plan.responses import prepare_response
+from gateway.plan.responses_request import ResponsesRequest
 from gateway.store.base import ResponseStore, StoredResponse
 
 router = APIRouter()

@@ -1,7 +1,9 @@
-"""OpenAI wire models for requests, with OpenAI's names. No backend imports.
+"""The OpenAI request bodies planning reads: wire models with OpenAI's names. No backend imports.
 
-Requests are validated once, at the edge; responses are built as plain dicts (see ``responses``)
-because they sit on the per-token path. Unknown fields are kept (``extra="allow"``) and ignored:
+They live in the planning layer because a body's shape is its first check: every 4xx about
+content, the schema's included, is planning's. The HTTP edge validates a body against them once;
+responses are never models (``gateway.openai`` encodes them as bytes: they sit on the per-token
+path). Unknown fields are kept (``extra="allow"``) and ignored:
 OpenAI adds fields often and clients send vLLM-style extras through ``extra_body``; answering
 those with 422 is the most reported failure of peer gateways. A ``null`` means "unset" on every
 optional field (``nullable.NullMeansDefault``), as OpenAI's spec has it.
@@ -13,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from gateway.openai.nullable import NullMeansDefault
+from gateway.plan.nullable import NullMeansDefault
 
 _LENIENT = ConfigDict(extra="allow", populate_by_name=True)
 

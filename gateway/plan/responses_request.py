@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from gateway.openai.schemas import SamplingExtras
+from gateway.plan.requests import SamplingExtras
 
 _LENIENT = ConfigDict(extra="allow", populate_by_name=True)
 

@@ -1,0 +1,80 @@
+"""What the core runs: one request, decided by planning (``gateway.plan``) before Triton is called.
+
+The types live here, under the core, because the core reads them and planning builds them: the
+arrows point down (docs/ARCHITECTURE.md). Plain frozen dataclasses, built once per request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.backend.types import GenerationRequest
+
+FORCED_NAMED = "forced_named"
+FORCED_REQUIRED = "forced_required"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolPlan:
+    """How one request's output is read for tool calls."""
+
+    parser: str
+    """A ``gateway.tools`` parser name: the model's format for ``auto``, or a forced one."""
+    tool_names: frozenset[str]
+    parallel: bool
+    """False: only the first call of a choice is kept (``parallel_tool_calls: false``)."""
+    forced_name: str | None = None
+    """The function a named ``tool_choice`` forces (its output is that function's arguments)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationPlan:
+    """One request, decided: a backend request per choice, and how to assemble and answer."""
+
+    requests: tuple[GenerationRequest, ...]
+    """One single-sequence request per choice, in choice order: prompt position × ``n`` + i."""
+    request_id: str
+    chat: bool
+    stream: bool
+    model_id: str
+    """The id the client asked for (a base model or ``<base><sep><adapter>``), echoed back."""
+    adapter: str | None
+    completion_id: str
+    created: int
+    n: int
+    """Choices per prompt."""
+    stops: tuple[str, ...]
+    include_stop: bool
+    max_tokens: tuple[int, ...]
+    """Per prompt."""
+    include_usage: bool
+    continuous_usage: bool
+    logprobs: int | None = None
+    """Top-k alternatives asked for (0: only the sampled token); None: no logprobs."""
+    echo: tuple[str, ...] | None = None
+    """Legacy completions with ``echo``: each prompt's text, shown before its completion."""
+    prompt_tokens: tuple[int | None, ...] = ()
+    """The gateway's own count per prompt: usage when the backend reports none (TensorRT-LLM).
+    None where counting could change nothing (``plan/budget.py``): the backend reports it."""
+    deadline: float | None = None
+    tools: ToolPlan | None = None
+    """How each choice's text is read for tool calls; None: plain text."""
+    api: str | None = None
+    """The endpoint, when it is not the one ``chat`` says (``responses``: a chat plan in another API)."""
+
+    @property
+    def model(self) -> str:
+        """The base model's name: admission's gate and the metrics' label."""
+        return self.requests[0].model
+
+    @property
+    def endpoint(self) -> str:
+        """The metrics' and the request log's ``endpoint`` label."""
+        if self.api is not None:
+            return self.api
+        return "chat" if self.chat else "completions"
+
+    @property
+    def choices(self) -> int:
+        """Choices in the response: ``n`` per prompt, one backend request each."""
+        return len(self.requests)
