@@ -9,18 +9,71 @@ a ``Settings`` by hand and know it sees everything.
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from gateway.backend.replicas.endpoints import EndpointSpec, parse_endpoints
-from gateway.models.hub import default_hub_cache
 from gateway.store.location import default_store_url, parse_store_url
 from gateway.tools.registry import PARSERS
 
 ENV_PREFIX = "GATEWAY_"
+
+DNS_SCHEME = "dns:///"
+_HOST_PORT = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(\d{1,5})$")
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointSpec:
+    """One entry of ``triton_url``."""
+
+    host: str
+    port: int
+    resolve: bool
+    """A ``dns:///`` entry: every address of ``host`` is a replica, followed over time."""
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def parse_endpoints(value: str) -> tuple[EndpointSpec, ...]:
+    """Raises ``ValueError`` naming the bad entry (settings turn it into a start-up error)."""
+    specs: list[EndpointSpec] = []
+    for raw in value.split(","):
+        entry = raw.strip()
+        if not entry:
+            continue
+        resolve = entry.startswith(DNS_SCHEME)
+        target = entry[len(DNS_SCHEME) :] if resolve else entry
+        match = _HOST_PORT.match(target)
+        if match is None or not 0 < int(match[2]) < 65536:
+            raise ValueError(
+                f"each triton_url entry must be host:port or dns:///host:port (IPv6 as [addr]:port), got {entry!r}"
+            )
+        spec = EndpointSpec(match[1], int(match[2]), resolve)
+        if spec not in specs:
+            specs.append(spec)
+    if not specs:
+        raise ValueError("triton_url names no endpoint")
+    return tuple(specs)
+
+
+def default_hub_cache(environ: Mapping[str, str]) -> Path:
+    """Where ``huggingface_hub`` keeps its cache for this environment: ``HF_HUB_CACHE``, else the
+    legacy ``HUGGINGFACE_HUB_CACHE``, else ``$HF_HOME/hub``, else
+    ``${XDG_CACHE_HOME:-~/.cache}/huggingface/hub`` (the order of ``huggingface_hub.constants``)."""
+
+    def expand(value: str) -> str:
+        return os.path.expandvars(os.path.expanduser(value))
+
+    home = expand(environ.get("HF_HOME") or os.path.join(environ.get("XDG_CACHE_HOME") or "~/.cache", "huggingface"))
+    hub = environ.get("HF_HUB_CACHE") or environ.get("HUGGINGFACE_HUB_CACHE") or os.path.join(home, "hub")
+    return Path(expand(hub))
 
 
 class ModelLimits(BaseModel):

@@ -20,16 +20,44 @@ from __future__ import annotations
 import asyncio
 import time
 from bisect import bisect_left
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gateway.backend.types import Placement
-from gateway.core.admission import Admission
+
+class PlacementView(Protocol):
+    """Where the backend ran a request (``backend.types.Placement``), as the request line shows it."""
+
+    @property
+    def replica(self) -> str | None: ...
+    @property
+    def route(self) -> str | None: ...
+
+
+class GateView(Protocol):
+    """One model's admission counts (``core.admission.ModelGate``), read at scrape time."""
+
+    @property
+    def running(self) -> int: ...
+    @property
+    def waiting(self) -> int: ...
+    @property
+    def running_adapters(self) -> Mapping[str, int]: ...
+    @property
+    def waiting_adapters(self) -> Mapping[str, int]: ...
+
+
+class AdmissionView(Protocol):
+    """The admission state the live gauges describe (``core.admission.Admission``). Protocols
+    rather than imports: metrics is a leaf the core writes into, so it must not import the core."""
+
+    @property
+    def gates(self) -> Mapping[str, GateView]: ...
+
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536)
@@ -98,14 +126,14 @@ class RequestRecord:
     status: int = 200
     cancel_reason: str | None = None
     error_type: str | None = None
-    placement: Placement | None = None
+    placement: PlacementView | None = None
     """Where the backend ran it (the replica pool fills it in)."""
 
 
 class _LiveGauges(Collector):
     """Gauges read from admission state at scrape time."""
 
-    def __init__(self, admission: Admission, adapters: Callable[[str], int]) -> None:
+    def __init__(self, admission: AdmissionView, adapters: Callable[[str], int]) -> None:
         self._admission = admission
         self._adapters = adapters
 
@@ -154,7 +182,7 @@ class _SharedLiveGauges(Collector):
     """Several workers: each worker's admission counts in ``livesum`` gauges, and the scrape of all
     workers' files (``MultiProcessCollector``) with ``vllm:lora_requests_info`` built from them."""
 
-    def __init__(self, admission: Admission, adapters: Callable[[str], int]) -> None:
+    def __init__(self, admission: AdmissionView, adapters: Callable[[str], int]) -> None:
         self._admission = admission
         self._adapters = adapters
         self._published: object = None
@@ -241,7 +269,7 @@ class Metrics:
     set before ``prometheus_client`` was imported); ``registry`` then scrapes every worker."""
 
     def __init__(
-        self, admission: Admission, adapters: Callable[[str], int] = lambda model: 0, *, shared: bool = False
+        self, admission: AdmissionView, adapters: Callable[[str], int] = lambda model: 0, *, shared: bool = False
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry if not shared else CollectorRegistry()  # shared: the files are the registry

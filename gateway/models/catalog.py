@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gateway.backend.contracts.trtllm import is_trtllm
 from gateway.backend.types import Backend, BackendModel
 from gateway.config import ModelFiles
 from gateway.errors import GatewayError
@@ -57,6 +58,12 @@ class ServedModel:
     exclude_tools_when_none: bool = False
     """``tool_choice: "none"`` leaves the tools out of the prompt (``model_files``)."""
     created: int = field(default_factory=lambda: int(time.time()))
+
+    @property
+    def trtllm(self) -> bool:
+        """A TensorRT-LLM ensemble (told by its inputs): it reports no prompt token count and
+        cannot enforce a JSON schema, which planning must know without reading backend contracts."""
+        return is_trtllm(self.inputs)
 
 
 class ModelCatalog:

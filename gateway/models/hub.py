@@ -16,25 +16,10 @@ cache that both share.
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Mapping
 from pathlib import Path
 
 _REPO_ID = re.compile(r"^(?:[\w.-]+/)?[\w.-]+$")
-
-
-def default_hub_cache(environ: Mapping[str, str]) -> Path:
-    """Where ``huggingface_hub`` keeps its cache for this environment: ``HF_HUB_CACHE``, else the
-    legacy ``HUGGINGFACE_HUB_CACHE``, else ``$HF_HOME/hub``, else
-    ``${XDG_CACHE_HOME:-~/.cache}/huggingface/hub`` (the order of ``huggingface_hub.constants``)."""
-
-    def expand(value: str) -> str:
-        return os.path.expandvars(os.path.expanduser(value))
-
-    home = expand(environ.get("HF_HOME") or os.path.join(environ.get("XDG_CACHE_HOME") or "~/.cache", "huggingface"))
-    hub = environ.get("HF_HUB_CACHE") or environ.get("HUGGINGFACE_HUB_CACHE") or os.path.join(home, "hub")
-    return Path(expand(hub))
 
 
 def is_repo_id(value: str) -> bool:

@@ -17,13 +17,10 @@ from enum import Enum
 from functools import partial
 from typing import Final
 
-from gateway.backend.contracts.trtllm import is_trtllm
 from gateway.config import Settings
-from gateway.errors import InvalidRequestError
+from gateway.errors import ContextLengthExceededError, InvalidRequestError
 from gateway.models.catalog import ServedModel
 from gateway.models.tokens import TokenCounter, count_tokens
-from gateway.plan.limits import check_prompt_limits
-from gateway.plan.sampling import resolve_max_tokens
 
 
 class _Here(Enum):
@@ -58,13 +55,52 @@ def count_needed(requested: int | None, model: ServedModel, prompt: str) -> bool
     if model.tokenizer is None:
         return False
     bound = model.prompt_tokenizer.bound if model.prompt_tokenizer is not None else None
-    if bound is None or not prompt or is_trtllm(model.inputs):
+    if bound is None or not prompt or model.trtllm:
         return True
     if model.max_model_len is None:
         return False
     if requested is None:
         return True  # the default max_tokens is the room the prompt leaves
     return bound.at_most(prompt) + max(requested, 1) > model.max_model_len
+
+
+def check_prompt_limits(
+    prompt: str, requested: int | None, *, max_prompt_chars: int, max_tokens_cap: int | None
+) -> None:
+    if len(prompt) > max_prompt_chars:
+        raise InvalidRequestError(
+            f"The prompt is {len(prompt)} characters; the limit is {max_prompt_chars}.", code="prompt_too_long"
+        )
+    if max_tokens_cap is not None and requested is not None and requested > max_tokens_cap:
+        raise InvalidRequestError(
+            f"max_tokens is {requested}; this gateway allows at most {max_tokens_cap}.", param="max_tokens"
+        )
+
+
+def resolve_max_tokens(
+    requested: int | None,
+    *,
+    prompt_tokens: int | None,
+    max_model_len: int | None,
+    fallback: int,
+) -> int:
+    """How many tokens to ask for: what was requested, else all the room the context leaves.
+
+    Raises ``ContextLengthExceededError`` when the prompt, or the prompt plus the request, does not
+    fit, with OpenAI's wording so clients that parse it keep working.
+    """
+    if max_model_len is None or prompt_tokens is None:
+        return requested if requested is not None else fallback
+    room = max_model_len - prompt_tokens
+    if room <= 0 or (requested is not None and requested > room):
+        asked = requested if requested is not None else 1
+        raise ContextLengthExceededError(
+            f"This model's maximum context length is {max_model_len} tokens. However, you requested "
+            f"{prompt_tokens + asked} tokens ({prompt_tokens} in the messages, {asked} in the completion). "
+            "Please reduce the length of the messages or completion.",
+            param="messages",
+        )
+    return requested if requested is not None else room
 
 
 async def plan_budget(
@@ -82,7 +118,7 @@ async def plan_budget(
     cap = settings.limits_for(model.name)[2]
     check_prompt_limits(prompt, requested, max_prompt_chars=settings.max_prompt_chars, max_tokens_cap=cap)
     counted = await counter.count(_counting(model), prompt) if count_needed(requested, model, prompt) else None
-    return token_budget(requested, model, prompt, settings, min_tokens=min_tokens, param=param, prompt_tokens=counted)
+    return _budget(requested, model, prompt, settings, min_tokens=min_tokens, param=param, prompt_tokens=counted)
 
 
 def token_budget(
@@ -106,6 +142,20 @@ def token_budget(
     check_prompt_limits(prompt, requested, max_prompt_chars=settings.max_prompt_chars, max_tokens_cap=cap)
     if prompt_tokens is COUNT_HERE:
         prompt_tokens = count_prompt_tokens(model, prompt)
+    return _budget(requested, model, prompt, settings, min_tokens=min_tokens, param=param, prompt_tokens=prompt_tokens)
+
+
+def _budget(
+    requested: int | None,
+    model: ServedModel,
+    prompt: str,
+    settings: Settings,
+    *,
+    min_tokens: int | None,
+    param: str,
+    prompt_tokens: int | None,
+) -> tuple[int, int | None]:
+    cap = settings.limits_for(model.name)[2]
     if prompt_tokens == 0:
         raise InvalidRequestError("The decoder prompt cannot be empty", param=param)
     max_tokens = resolve_max_tokens(

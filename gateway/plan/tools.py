@@ -12,19 +12,15 @@ Every decision is vLLM's where vLLM has made one:
   (vLLM's own schemas, so the same model answers the same way on both servers), and the output is
   read as that JSON. A backend that cannot enforce a schema gets a 400 rather than a hope.
 
-Assistant ``tool_calls`` in the history carry their arguments as JSON *strings* (OpenAI's wire
-form), while Hugging Face templates index or ``tojson`` them as objects: they are parsed for the
-template, as vLLM does. Pure.
+Pure.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.backend.contracts.trtllm import is_trtllm
 from gateway.core.generation_plan import FORCED_NAMED, FORCED_REQUIRED, ToolPlan
 from gateway.errors import InvalidRequestError
 from gateway.models.catalog import ServedModel
@@ -89,7 +85,7 @@ def _check_enforceable(body: ChatCompletionRequest, model: ServedModel) -> None:
             "function: both constrain the output, which is the function call's JSON.",
             param="tool_choice",
         )
-    if is_trtllm(model.inputs):
+    if model.trtllm:
         raise InvalidRequestError(
             f"tool_choice 'required' or a named function is forced with structured outputs, which the model "
             f"'{model.name}' (a TensorRT-LLM ensemble) cannot enforce; use tool_choice 'auto' or 'none'.",
@@ -117,25 +113,3 @@ def _check_tool(tool: Any, index: int) -> dict[str, Any]:
             "a function's 'parameters' must be a JSON Schema object", param=f"{where}.function.parameters"
         )
     return {**tool, "type": "function"}
-
-
-def template_tool_calls(calls: list[dict[str, Any]], index: int) -> list[dict[str, Any]]:
-    """An assistant message's ``tool_calls`` as templates expect them: arguments as objects."""
-    out = []
-    for position, call in enumerate(calls):
-        function = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(function, dict):
-            raise InvalidRequestError(
-                "a tool call needs a 'function' object", param=f"messages.{index}.tool_calls.{position}.function"
-            )
-        arguments = function.get("arguments")
-        if isinstance(arguments, str):
-            try:
-                arguments = json.loads(arguments) if arguments.strip() else {}
-            except json.JSONDecodeError as exc:
-                raise InvalidRequestError(
-                    f"tool call arguments must be a JSON object: {exc.msg}",
-                    param=f"messages.{index}.tool_calls.{position}.function.arguments",
-                ) from exc
-        out.append({**call, "function": {**function, "arguments": arguments}})
-    return out

@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from gateway.store.base import ResponseStore, ResponseStoreError, StoreBounds
 from gateway.store.location import SqliteLocation, parse_store_url
 from gateway.store.sqlite import SqliteResponseStore
 
-if TYPE_CHECKING:
-    from gateway.config import Settings
+
+class StoreSettings(Protocol):
+    """The settings the store reads (``config.Settings`` has them): a protocol, so the store, a
+    leaf, imports no settings module."""
+
+    @property
+    def responses_store_enabled(self) -> bool: ...
+    @property
+    def responses_store(self) -> str: ...
+    @property
+    def responses_store_ttl(self) -> float: ...
+    @property
+    def responses_store_max(self) -> int: ...
 
 
-def open_store(settings: Settings) -> ResponseStore | None:
+def open_store(settings: StoreSettings) -> ResponseStore | None:
     """The configured store, not yet started (``await store.start()`` connects). PostgreSQL's
     driver is imported only here, so a SQLite deployment does not need the ``postgres`` extra."""
     if not settings.responses_store_enabled:

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from gateway.backend.types import BackendModel
-from gateway.config import ModelFiles, Settings
+from gateway.config import ModelFiles, Settings, default_hub_cache
 from gateway.models.catalog import ModelCatalog
 from gateway.models.files import ModelFileSources, read_local_model_files
-from gateway.models.hub import default_hub_cache, is_repo_id, snapshot_dir
+from gateway.models.hub import is_repo_id, snapshot_dir
 from gateway.triton_launcher import TritonLaunchError, check_stub_numpy, make_stub_python
 from tests.hf_cache import put_in_hub_cache
 

@@ -15,13 +15,13 @@ import httpx
 import pytest
 
 from gateway.app import create_app
-from gateway.backend.replicas.endpoints import EndpointSpec, parse_endpoints, resolve
+from gateway.backend.replicas.endpoints import resolve
 from gateway.backend.replicas.pool import ReplicaPool
 from gateway.backend.replicas.prefixes import PrefixTable, block_hashes
 from gateway.backend.replicas.ring import HashRing, bounded_choice
 from gateway.backend.replicas.router import PREFIX_MIN_BOUND, SESSION_MIN_BOUND, Policy, Route, Router
 from gateway.backend.types import GenerationChunk, GenerationRequest, Placement
-from gateway.config import Settings
+from gateway.config import EndpointSpec, Settings, parse_endpoints
 from gateway.errors import BackendUnavailableError, BackendUnreachableError, InvalidRequestError
 from tests.fakes import ScriptedBackend, text_chunks
 from tests.unit.test_app import chat, make_repo

@@ -1,4 +1,4 @@
-"""Where the Triton replicas are: ``triton_url`` parsed, and DNS names resolved to addresses.
+"""Where the Triton replicas are: ``triton_url``'s entries (parsed by ``config``) resolved to addresses.
 
 ``triton_url`` is a comma-separated list. ``host:port`` is one replica, dialled as given (its
 name resolved by the connection, as before). ``dns:///host:port`` is as many replicas as the name
@@ -10,48 +10,9 @@ gRPC's own target syntax, which operators already know from gRPC clients.
 from __future__ import annotations
 
 import asyncio
-import re
 import socket
-from dataclasses import dataclass
 
-DNS_SCHEME = "dns:///"
-_HOST_PORT = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(\d{1,5})$")
-
-
-@dataclass(frozen=True, slots=True)
-class EndpointSpec:
-    """One entry of ``triton_url``."""
-
-    host: str
-    port: int
-    resolve: bool
-    """A ``dns:///`` entry: every address of ``host`` is a replica, followed over time."""
-
-    @property
-    def address(self) -> str:
-        return f"{self.host}:{self.port}"
-
-
-def parse_endpoints(value: str) -> tuple[EndpointSpec, ...]:
-    """Raises ``ValueError`` naming the bad entry (settings turn it into a start-up error)."""
-    specs: list[EndpointSpec] = []
-    for raw in value.split(","):
-        entry = raw.strip()
-        if not entry:
-            continue
-        resolve = entry.startswith(DNS_SCHEME)
-        target = entry[len(DNS_SCHEME) :] if resolve else entry
-        match = _HOST_PORT.match(target)
-        if match is None or not 0 < int(match[2]) < 65536:
-            raise ValueError(
-                f"each triton_url entry must be host:port or dns:///host:port (IPv6 as [addr]:port), got {entry!r}"
-            )
-        spec = EndpointSpec(match[1], int(match[2]), resolve)
-        if spec not in specs:
-            specs.append(spec)
-    if not specs:
-        raise ValueError("triton_url names no endpoint")
-    return tuple(specs)
+from gateway.config import EndpointSpec
 
 
 def _bracketed(ip: str) -> str:

@@ -32,9 +32,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from gateway.backend.handoff import HandOffStream
-from gateway.backend.replicas.endpoints import EndpointSpec, resolve
+from gateway.backend.replicas.endpoints import resolve
 from gateway.backend.replicas.router import Choice, Route, Router
 from gateway.backend.types import Backend, BackendModel, GenerationChunk, GenerationRequest, GenerationStream
+from gateway.config import EndpointSpec
 from gateway.errors import BackendUnavailableError, BackendUnreachableError, GatewayError
 
 logger = logging.getLogger(__name__)
