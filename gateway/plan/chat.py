@@ -5,12 +5,12 @@ Every 4xx decision about a chat request's content is made here, before anything 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from gateway.errors import InvalidRequestError
 from gateway.models.resolve import ResolvedModel
 from gateway.plan.requests import ChatCompletionRequest, ChatMessage, TextContentPart
-from gateway.plan.tools import template_tool_calls
 
 
 def message_text(message: ChatMessage, index: int) -> str | None:
@@ -65,3 +65,28 @@ def render_chat_prompt(
 def chat_max_tokens(request: ChatCompletionRequest) -> int | None:
     """``max_completion_tokens`` wins over the deprecated ``max_tokens``."""
     return request.max_completion_tokens or request.max_tokens
+
+
+def template_tool_calls(calls: list[dict[str, Any]], index: int) -> list[dict[str, Any]]:
+    """An assistant message's ``tool_calls`` as templates expect them: arguments as objects.
+
+    They arrive as JSON *strings* (OpenAI's wire form), while Hugging Face templates index or
+    ``tojson`` them as objects: they are parsed for the template, as vLLM does."""
+    out = []
+    for position, call in enumerate(calls):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict):
+            raise InvalidRequestError(
+                "a tool call needs a 'function' object", param=f"messages.{index}.tool_calls.{position}.function"
+            )
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments) if arguments.strip() else {}
+            except json.JSONDecodeError as exc:
+                raise InvalidRequestError(
+                    f"tool call arguments must be a JSON object: {exc.msg}",
+                    param=f"messages.{index}.tool_calls.{position}.function.arguments",
+                ) from exc
+        out.append({**call, "function": {**function, "arguments": arguments}})
+    return out

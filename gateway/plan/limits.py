@@ -22,16 +22,3 @@ def check_chat_limits(body: ChatCompletionRequest, *, max_n: int, max_messages: 
         )
     if body.top_logprobs is not None and not body.logprobs:
         raise InvalidRequestError("top_logprobs requires logprobs to be true", param="top_logprobs")
-
-
-def check_prompt_limits(
-    prompt: str, requested: int | None, *, max_prompt_chars: int, max_tokens_cap: int | None
-) -> None:
-    if len(prompt) > max_prompt_chars:
-        raise InvalidRequestError(
-            f"The prompt is {len(prompt)} characters; the limit is {max_prompt_chars}.", code="prompt_too_long"
-        )
-    if max_tokens_cap is not None and requested is not None and requested > max_tokens_cap:
-        raise InvalidRequestError(
-            f"max_tokens is {requested}; this gateway allows at most {max_tokens_cap}.", param="max_tokens"
-        )

@@ -1,9 +1,19 @@
 """Planning: a validated OpenAI request → a ``GenerationPlan``, every decision made before Triton.
 
-Pure apart from reading the catalog's snapshot of served models and counting long prompts on its
-threads: the 4xx checks, the model and adapter, the prompt(s), each prompt's token budget and
-backend request, and what the response must look like (ids, usage options, echo). The core runs a
-plan; the HTTP edge encodes its result.
+``prepare_chat`` and ``prepare_completion`` are the whole order of a request, top to bottom, each
+stage one call into the module that owns it, none calling back into an earlier one:
+
+1. check the body alone (``limits``: the gateway's own caps on ``n``, messages, options);
+2. resolve the model and adapter (``models.resolve``, on the catalog's snapshot);
+3. check the body against the model (``validate``: what vLLM would refuse);
+4. tools (``tools``: what ``tools``/``tool_choice`` do to the prompt, the sampling, the reading);
+5. render the prompt(s) (``chat``: the chat template; ``completions``: the prompt list);
+6. budget each prompt (``budget``: prompt limits, token count when it matters, ``max_tokens``);
+7. sampling parameters, one backend request per choice (``sampling``);
+8. the plan: ids, usage options, echo (here).
+
+Pure apart from reading the catalog's snapshot and counting long prompts on its threads. The
+core runs a plan; the HTTP edge encodes its result.
 """
 
 from __future__ import annotations
@@ -102,12 +112,12 @@ def _plan(
 async def prepare_chat(
     body: ChatCompletionRequest, context: RequestContext, catalog: ModelCatalog, settings: Settings
 ) -> GenerationPlan:
-    check_chat_limits(body, max_n=settings.max_n, max_messages=settings.max_messages)
-    resolved = resolve_model(body.model, await catalog.models(), settings.lora_separator)
-    check_request(body, resolved.model, settings)
-    tools: ToolsDecision = plan_tools(body, resolved.model) if body.tools else NO_TOOLS
-    prompt = render_chat_prompt(body, resolved, tools.template_tools)
-    max_tokens, prompt_tokens = await plan_budget(
+    check_chat_limits(body, max_n=settings.max_n, max_messages=settings.max_messages)  # 1
+    resolved = resolve_model(body.model, await catalog.models(), settings.lora_separator)  # 2
+    check_request(body, resolved.model, settings)  # 3
+    tools: ToolsDecision = plan_tools(body, resolved.model) if body.tools else NO_TOOLS  # 4
+    prompt = render_chat_prompt(body, resolved, tools.template_tools)  # 5
+    max_tokens, prompt_tokens = await plan_budget(  # 6
         chat_max_tokens(body),
         resolved.model,
         prompt,
@@ -117,7 +127,7 @@ async def prepare_chat(
         param="messages",
     )
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
-    requests = to_generation_requests(
+    requests = to_generation_requests(  # 7
         body,
         resolved,
         request_ids=choice_ids(context.request_id, 0, body.n, body.n),
@@ -129,7 +139,7 @@ async def prepare_chat(
         tool_schema=tools.structured,
         keep_special_tokens=tools.plan is not None and PARSERS[tools.plan.parser].needs_special_tokens,
     )
-    return _plan(
+    return _plan(  # 8
         body,
         context,
         resolved,
@@ -144,20 +154,20 @@ async def prepare_chat(
 async def prepare_completion(
     body: CompletionRequest, context: RequestContext, catalog: ModelCatalog, settings: Settings
 ) -> GenerationPlan:
-    check_sampling_limits(body, max_n=settings.max_n)
+    check_sampling_limits(body, max_n=settings.max_n)  # 1
     check_completion_options(body)
-    prompts = completion_prompts(body)
-    resolved = resolve_model(body.model, await catalog.models(), settings.lora_separator)
-    check_request(body, resolved.model, settings)
+    prompts = completion_prompts(body)  # 5 comes first: a prompt the contract cannot take is a 400 about the body
+    resolved = resolve_model(body.model, await catalog.models(), settings.lora_separator)  # 2
+    check_request(body, resolved.model, settings)  # 3; no tools (4) on legacy completions
     requests, budgets, counts = [], [], []
     for position, prompt in enumerate(prompts):
-        max_tokens, prompt_tokens = await plan_budget(
+        max_tokens, prompt_tokens = await plan_budget(  # 6
             body.max_tokens, resolved.model, prompt, settings, catalog.counter, min_tokens=body.min_tokens
         )
         budgets.append(max_tokens)
         counts.append(prompt_tokens)
         requests.extend(
-            to_generation_requests(
+            to_generation_requests(  # 7
                 body,
                 resolved,
                 request_ids=choice_ids(context.request_id, position * body.n, body.n, len(prompts) * body.n),
@@ -168,7 +178,7 @@ async def prepare_completion(
                 session_key=session_key_of(context, body),
             )
         )
-    return _plan(
+    return _plan(  # 8
         body,
         context,
         resolved,

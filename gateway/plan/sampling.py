@@ -12,7 +12,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gateway.backend.types import GenerationRequest, Placement
-from gateway.errors import ContextLengthExceededError
 from gateway.models.resolve import ResolvedModel
 from gateway.plan.requests import ChatCompletionRequest, SamplingFields
 
@@ -95,32 +94,6 @@ def structured_outputs(request: SamplingFields) -> str | None:
         return json.dumps({"json_object": True})
     schema = (fmt.json_schema or {}).get("schema", {})
     return json.dumps({"json": schema})
-
-
-def resolve_max_tokens(
-    requested: int | None,
-    *,
-    prompt_tokens: int | None,
-    max_model_len: int | None,
-    fallback: int,
-) -> int:
-    """How many tokens to ask for: what was requested, else all the room the context leaves.
-
-    Raises ``ContextLengthExceededError`` when the prompt, or the prompt plus the request, does not
-    fit, with OpenAI's wording so clients that parse it keep working.
-    """
-    if max_model_len is None or prompt_tokens is None:
-        return requested if requested is not None else fallback
-    room = max_model_len - prompt_tokens
-    if room <= 0 or (requested is not None and requested > room):
-        asked = requested if requested is not None else 1
-        raise ContextLengthExceededError(
-            f"This model's maximum context length is {max_model_len} tokens. However, you requested "
-            f"{prompt_tokens + asked} tokens ({prompt_tokens} in the messages, {asked} in the completion). "
-            "Please reduce the length of the messages or completion.",
-            param="messages",
-        )
-    return requested if requested is not None else room
 
 
 def choice_sampling(params: Mapping[str, Any], index: int) -> Mapping[str, Any]:

@@ -17,11 +17,11 @@ from pydantic import ValidationError
 from gateway.errors import ContextLengthExceededError, InvalidRequestError
 from gateway.models.catalog import ServedModel
 from gateway.models.resolve import ResolvedModel
+from gateway.plan.budget import check_prompt_limits, resolve_max_tokens
 from gateway.plan.chat import chat_max_tokens
-from gateway.plan.limits import check_chat_limits, check_prompt_limits, check_sampling_limits
+from gateway.plan.limits import check_chat_limits, check_sampling_limits
 from gateway.plan.requests import ChatCompletionRequest, CompletionRequest
 from gateway.plan.sampling import (
-    resolve_max_tokens,
     stop_list,
     structured_outputs,
     to_generation_requests,
