@@ -8,10 +8,13 @@
     │   ├── ModelNotFoundError          404 code=model_not_found
     │   ├── ResponseNotFoundError       404 (a stored response: absent, expired or another key's)
     │   ├── AuthenticationError         401
-    │   └── PayloadTooLargeError        413
+    │   ├── PayloadTooLargeError        413
+    │   └── TemplateError               400 (models/templates.py: the chat template refused)
     ├── RateLimitError                  429 (Retry-After)
-    ├── BackendUnavailableError         503 (Retry-After)
+    ├── BackendUnavailableError         503 code=backend_unavailable (Retry-After)
+    │   ├── BackendUnreachableError     503 (the server, not one model: the replica pool ejects it)
     │   └── ShuttingDownError           503 code=shutting_down
+    ├── ResponseStoreError              503 code=store_unavailable (store/base.py)
     ├── BackendTimeoutError             504
     └── BackendError                    500 (the backend failed the request)
 
