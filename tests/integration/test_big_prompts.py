@@ -1,4 +1,4 @@
-"""A 1 MB prompt does not stall the other streams of the gateway (issue 13).
+"""A 1 MB prompt does not stall the other streams of the gateway.
 
 One paced stream (the scripted model, a token every 10 ms) runs while a request with a 1 MB prompt
 goes through the same gateway. The prompt is sized so that the gateway must count its tokens (its
@@ -25,7 +25,7 @@ PACED_DELAY = 0.01
 PACED_TOKENS = 3000  # 30 s at most; the test stops reading once the large request is answered
 CHUNKS_WHILE_COUNTING = 20
 """Counted on a thread: 110-170 chunks of the paced stream arrived during the large request on the
-dev box; counted on the event loop (the code before issue 13): 3-5."""
+dev box; counted on the event loop, as it once was: 3-5."""
 
 
 def words(size: int, seed: int) -> str:

@@ -36,7 +36,7 @@ def test_every_optional_completion_field_takes_null_as_its_default(name: str) ->
 
 
 def test_the_fields_clients_send_as_null_are_declared_optional() -> None:
-    # The fields of issue #12 (and OpenAI's nullable ones): a rename or a new required field
+    # The fields clients send as null (OpenAI's nullable ones): a rename or a new required field
     # would drop them from the parametrized tests above without failing them.
     both = {"n", "stream", "stop", "seed", "stream_options", "include_stop_str_in_output", "temperature", "top_p"}
     both |= {"max_tokens", "presence_penalty", "frequency_penalty", "logit_bias", "user"}
