@@ -13,6 +13,9 @@ messages (``_held`` → ``_release``). A consumer that stops reading therefore s
 after one stream window (backpressure, bounded memory per call), never the connection. Bytes of an
 incomplete message are given back at once (nothing for the consumer to take yet): otherwise a
 message larger than the window could never complete.
+
+The call knows its connection only as a ``CallOwner``, the two things it asks of it, so this module
+imports nothing of the connection's (``h2conn.py`` imports this one, and not the other way).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from __future__ import annotations
 import struct
 import urllib.parse
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from gateway.backend.transport.base import (
     INTERNAL,
@@ -34,9 +37,6 @@ from gateway.backend.transport.base import (
     BatchedCall,
     CallError,
 )
-
-if TYPE_CHECKING:
-    from gateway.backend.transport.h2 import GrpcConnection
 
 T = TypeVar("T")
 
@@ -57,15 +57,29 @@ HTTP_TO_GRPC_STATUS = {
 (doc/http-grpc-status-mapping.md in grpc/grpc); any other status is UNKNOWN."""
 
 
+class CallOwner(Protocol):
+    """What a call asks of the connection it runs on (``h2conn.GrpcConnection``)."""
+
+    def release(self, call: StreamCall[Any], increment: int) -> None:
+        """Give ``increment`` bytes back to the call's stream window (a WINDOW_UPDATE, sent now)."""
+
+    def cancel(self, call: StreamCall[Any]) -> None:
+        """Stop tracking the call and reset its stream (RST_STREAM CANCEL), unless it has ended."""
+
+
 class StreamCall(BatchedCall[T]):
     """One call on a ``GrpcConnection``: DATA payloads in, parsed messages out in batches
-    (``BatchedCall``), its stream's receive window given back as the consumer takes them."""
+    (``BatchedCall``), its stream's receive window given back as the consumer takes them.
+
+    The connection feeds it through ``receive_data``, ``receive_headers``, ``stream_ended`` and
+    ``fail``; the consumer reads it as a ``base.StreamCall``."""
 
     __slots__ = (
         "stream_id",
-        "_connection",
+        "_owner",
         "_parse",
         "_max",
+        "_release_at",
         "_parts",
         "_head",
         "_need",
@@ -74,12 +88,16 @@ class StreamCall(BatchedCall[T]):
         "_status",
     )
 
-    def __init__(self, connection: GrpcConnection, parse: Callable[[bytes], T], max_message_bytes: int) -> None:
+    def __init__(
+        self, owner: CallOwner, parse: Callable[[bytes], T], max_message_bytes: int, stream_window: int
+    ) -> None:
         super().__init__()
         self.stream_id = 0
-        self._connection = connection
+        self._owner = owner
         self._parse = parse
         self._max = max_message_bytes
+        self._release_at = stream_window // 2
+        """Bytes given back in one WINDOW_UPDATE: half the window, so the sender never waits on us."""
         self._parts: list[bytes | memoryview] | None = None
         """The pieces of a message still arriving (None when there is none; see ``_gather``)."""
         self._head = b""
@@ -92,7 +110,7 @@ class StreamCall(BatchedCall[T]):
 
     # -- the connection's side ----------------------------------------------------------------
 
-    def _data(self, data: bytes | memoryview, length: int) -> None:
+    def receive_data(self, data: bytes | memoryview, length: int) -> None:
         """A DATA frame's payload (``length``: its flow-controlled size, padding included); a
         view for a large frame, kept as it is only while a message is gathered."""
         if self._done:
@@ -102,7 +120,7 @@ class StreamCall(BatchedCall[T]):
             if self._parts is not None:
                 end = self._gather(data)
                 if end < 0:  # the message goes on in the next frames: nothing to hold for the consumer
-                    self._connection._release(self, length)
+                    self._release(length)
                     return
             if type(data) is memoryview:
                 data = data.tobytes()
@@ -123,13 +141,13 @@ class StreamCall(BatchedCall[T]):
         except Exception as exc:  # noqa: BLE001 - a parse failure or an in-stream error ends this call only
             self._parts = None
             self._finish(exc)
-            self._connection.cancel(self)
+            self._owner.cancel(self)
             return
         if self._items:
             self._held += length
             self._wake()
         else:
-            self._connection._release(self, length)
+            self._release(length)
 
     def _gather(self, data: bytes | memoryview) -> int:
         """Add ``data`` to the message being gathered: its 5-byte prefix in ``_head`` until
@@ -170,7 +188,7 @@ class StreamCall(BatchedCall[T]):
             "(setting grpc_max_message_bytes)",
         )
 
-    def _headers(self, headers: list[tuple[bytes, bytes]]) -> None:
+    def receive_headers(self, headers: list[tuple[bytes, bytes]]) -> None:
         """Response headers, trailers, or a trailers-only response: look for the gRPC status."""
         status: int | None = None
         http_status = b"200"
@@ -186,7 +204,7 @@ class StreamCall(BatchedCall[T]):
             # Not a gRPC response (a proxy's error page): its body is not gRPC messages.
             status = HTTP_TO_GRPC_STATUS.get(http_status, UNKNOWN)
             self._finish(CallError(status, f"HTTP status {http_status.decode('latin-1')} from the server"))
-            self._connection.cancel(self)
+            self._owner.cancel(self)
             return
         if status is None:
             return
@@ -194,11 +212,27 @@ class StreamCall(BatchedCall[T]):
         if status != OK and self._error is None:
             self._error = CallError(status, message or f"gRPC status {status}")
 
-    def _ended(self) -> None:
+    def stream_ended(self) -> None:
+        """The server ended the stream: the call ends with the status its trailers gave."""
         if self._status is None:
             self._finish(CallError(INTERNAL, "the stream ended without a gRPC status"))
         else:
             self._finish(self._error)
+
+    def fail(self, error: BaseException) -> None:
+        """The stream is gone without trailers (reset, GOAWAY, a lost connection): end with ``error``."""
+        self._finish(error)
+
+    def _release(self, length: int) -> None:
+        """This call is done with ``length`` bytes: give them back to its stream's window, in one
+        WINDOW_UPDATE per half window (none once the call has ended)."""
+        unacked = self._unacked + length
+        if unacked < self._release_at:
+            self._unacked = unacked
+            return
+        self._unacked = 0
+        if not self._done:
+            self._owner.release(self, unacked)
 
     # -- the consumer's side ------------------------------------------------------------------
 
@@ -207,16 +241,16 @@ class StreamCall(BatchedCall[T]):
         if not self._done:
             self._items.clear()
             self._finish(error)
-        self._connection.cancel(self)
+        self._owner.cancel(self)
 
     def cancel(self) -> None:
         """Stop the call (the consumer left or has what it needs); nothing more is delivered."""
         self._done = True
         self._items.clear()
-        self._connection.cancel(self)
+        self._owner.cancel(self)
 
     def _taken(self) -> None:
         held = self._held
         if held:
             self._held = 0
-            self._connection._release(self, held)
+            self._release(held)

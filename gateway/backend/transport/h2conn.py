@@ -8,7 +8,7 @@ the socket: one ``data_received`` carries every frame that arrived, and each gRP
 and queued for its call in place, with no thread and no task. Unary control calls (readiness, the
 repository index) stay on ``grpc.aio``: they are not on the hot path.
 
-Why not the h2 library (which this module used until it measured it): a call's HTTP/2 frames
+Why not the h2 library (measured in this module's place): a call's HTTP/2 frames
 through h2 (its request headers and data, the response headers, the trailers) cost ~220 µs of CPU
 in one hot process, more than the gateway's whole request path, and two to four times that in the
 gateway, half of it on the way to the first token (docs/PERFORMANCE.md). A gRPC client uses a
@@ -243,11 +243,11 @@ class GrpcConnection(asyncio.Protocol):
                         if flags & PADDED:
                             if not length or data[start] >= length:
                                 raise ProtocolViolation(PROTOCOL_ERROR, "a DATA frame's padding is longer than it")
-                            call._data(data[start + 1 : end - data[start]], length)
+                            call.receive_data(data[start + 1 : end - data[start]], length)
                         elif length < _LARGE_FRAME:
-                            call._data(data[start:end], length)
+                            call.receive_data(data[start:end], length)
                         else:  # likely a piece of a large message: gathered without a copy
-                            call._data(memoryview(data)[start:end], length)
+                            call.receive_data(memoryview(data)[start:end], length)
                         if flags & END_STREAM:
                             self._end(sid)
                     else:
@@ -341,7 +341,7 @@ class GrpcConnection(asyncio.Protocol):
         call = self._calls.get(sid)
         if call is None:
             return
-        call._headers(headers)  # may end the call (a non-gRPC HTTP status)
+        call.receive_headers(headers)  # may end the call (a non-gRPC HTTP status)
         if flags & END_STREAM:
             self._end(sid)
 
@@ -356,7 +356,7 @@ class GrpcConnection(asyncio.Protocol):
         """The server ended the stream."""
         call = self._forget(sid)
         if call is not None:
-            call._ended()
+            call.stream_ended()
             self._release_slot()
 
     def _check_known(self, sid: int, what: str) -> None:
@@ -373,9 +373,9 @@ class GrpcConnection(asyncio.Protocol):
             # The server did not start it (RFC 9113 §8.7), and it refuses calls on this connection:
             # send them elsewhere. The calls it took go on.
             self.going_away = True
-            call._finish(CallError(UNAVAILABLE, "the server refused the stream (REFUSED_STREAM)", retryable=True))
+            call.fail(CallError(UNAVAILABLE, "the server refused the stream (REFUSED_STREAM)", retryable=True))
         else:
-            call._finish(CallError(CANCELLED, f"the server reset the stream ({error_name(code)})"))
+            call.fail(CallError(CANCELLED, f"the server reset the stream ({error_name(code)})"))
         self._release_slot()
 
     def _settings(self, sid: int, flags: int, payload: bytes) -> None:
@@ -437,7 +437,7 @@ class GrpcConnection(asyncio.Protocol):
         call = self._forget(sid)
         self._out.append(frame(RST_STREAM, 0, sid, PROTOCOL_ERROR.to_bytes(4, "big")))
         if call is not None:
-            call._finish(CallError(UNAVAILABLE, f"HTTP/2 protocol error from the server: {why}"))
+            call.fail(CallError(UNAVAILABLE, f"HTTP/2 protocol error from the server: {why}"))
             self._release_slot()
 
     def _protocol_error(self, exc: ProtocolViolation) -> None:
@@ -457,19 +457,10 @@ class GrpcConnection(asyncio.Protocol):
         self.closed = True
         self._cancel_timers()
 
-    def _release(self, call: StreamCall[Any], length: int) -> None:
-        """``call`` is done with ``length`` bytes: give them back to its stream's window, in one
-        WINDOW_UPDATE per half window."""
-        unacked = call._unacked + length
-        if unacked < self._stream_window // 2:
-            call._unacked = unacked
-            return
-        call._unacked = 0
-        if not call._done:
-            self._window_update(call.stream_id, unacked)
-
-    def _window_update(self, sid: int, increment: int) -> None:
-        self._out.append(frame(WINDOW_UPDATE, 0, sid, increment.to_bytes(4, "big")))
+    def release(self, call: StreamCall[Any], increment: int) -> None:
+        """``CallOwner``: give ``increment`` bytes back to the call's stream window, now (the call
+        gathers them to half a window first)."""
+        self._out.append(frame(WINDOW_UPDATE, 0, call.stream_id, increment.to_bytes(4, "big")))
         self._flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -493,7 +484,7 @@ class GrpcConnection(asyncio.Protocol):
         concurrent-stream limit, wait for a call to end, until ``deadline``
         (``time.monotonic()``). Raises a retryable ``CallError`` when the connection is closing:
         the caller opens the call on another one."""
-        call: StreamCall[T] = StreamCall(self, parse, self._max_message)
+        call: StreamCall[T] = StreamCall(self, parse, self._max_message, self._stream_window)
         while True:
             if not self.usable:
                 raise CallError(UNAVAILABLE, "the connection to the server is closing", retryable=True)
@@ -536,6 +527,7 @@ class GrpcConnection(asyncio.Protocol):
             ) from None
 
     def cancel(self, call: StreamCall[Any]) -> None:
+        """``CallOwner``: the call is over for its consumer; reset its stream unless it has ended."""
         sid = call.stream_id
         if self._forget(sid) is None:
             return  # already ended
@@ -605,7 +597,7 @@ class GrpcConnection(asyncio.Protocol):
         unsent, self._unsent = self._unsent, {}
         self._send_windows = {}
         for sid, call in calls.items():
-            call._finish(CallError(error.code, error.details, retryable=True) if sid in unsent else error)
+            call.fail(CallError(error.code, error.details, retryable=True) if sid in unsent else error)
 
     def _goaway(self, last: int, code: int, debug: bytes) -> None:
         """The server is leaving. Calls above its last stream id never started: they fail as
@@ -620,9 +612,9 @@ class GrpcConnection(asyncio.Protocol):
         for sid, call in [(sid, call) for sid, call in self._calls.items() if sid > last or not graceful]:
             self._forget(sid)
             if sid > last:
-                call._finish(CallError(UNAVAILABLE, f"the server did not take this call ({why})", retryable=True))
+                call.fail(CallError(UNAVAILABLE, f"the server did not take this call ({why})", retryable=True))
             else:
-                call._finish(CallError(UNAVAILABLE, f"the server closed the connection ({why})"))
+                call.fail(CallError(UNAVAILABLE, f"the server closed the connection ({why})"))
         self._wake_slots()
         if not graceful:
             self._close_now()
