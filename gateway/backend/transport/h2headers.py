@@ -18,6 +18,7 @@ decode of the same bytes while the dynamic table is the one that decode left.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
@@ -41,30 +42,32 @@ def call_headers(scheme: bytes, authority: bytes, path: bytes) -> list[tuple[byt
 
 class RepeatingHeadersEncoder(hpack.Encoder):
     """An ``hpack.Encoder`` that returns its last block again for the same headers when the
-    dynamic table has not changed since that block was made without changing it."""
+    dynamic table has not changed since that block was made without changing it.
+
+    The table is compared entry by entry (``dynamic_entries``, hpack's public deque): a block of
+    index references means the same headers exactly as long as the entries it points at are the
+    same. A size change from the server's SETTINGS also sets ``resized``, and the next block must
+    then carry the size update: it is encoded in full."""
 
     def __init__(self) -> None:
         super().__init__()
         self._headers: tuple[Any, ...] | None = None
         self._block = b""
-        self._table_state: tuple[int, int] = (-1, -1)
-
-    def _state(self) -> tuple[int, int]:
-        table = self.header_table
-        return len(table.dynamic_entries), table._current_size
+        self._entries: deque[tuple[bytes, bytes]] = deque()
+        """The dynamic table's entries when ``_block`` was made."""
 
     def encode(self, headers: Iterable[Any], huffman: bool = True) -> bytes:
         headers = tuple(headers)
         table = self.header_table
-        if headers == self._headers and not table.resized and self._state() == self._table_state:
+        if headers == self._headers and not table.resized and table.dynamic_entries == self._entries:
             return self._block
-        before = list(table.dynamic_entries)
+        before = table.dynamic_entries.copy()
         resized = table.resized
         block = super().encode(headers, huffman)
-        if not resized and list(table.dynamic_entries) == before:
+        if not resized and table.dynamic_entries == before:
             # Only references to what the table already held: the same bytes will mean the same
             # headers as long as the table stays as it is.
-            self._headers, self._block, self._table_state = headers, block, self._state()
+            self._headers, self._block, self._entries = headers, block, before
         else:
             self._headers = None
         return block
