@@ -48,7 +48,7 @@ class BatchedCall(Generic[T]):
     def __init__(self) -> None:
         self._loop = asyncio.get_running_loop()
         """Kept: Python 3.11's ``get_running_loop`` makes a ``getpid`` system call (its fork check),
-        which was one of the four system calls the gateway made per token."""
+        which asking for it per batch would add to every token."""
         self._items: list[T] = []
         self._waiter: asyncio.Future[None] | None = None
         self._error: BaseException | None = None
