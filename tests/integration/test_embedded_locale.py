@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gateway.triton_launcher import TritonServer
+from gateway.triton_launcher import TritonServer, check_stub_numpy, make_stub_python
 from tests.integration.conftest import ROOT, stop_in_background
 
 LOCALE_REPOSITORY = ROOT / "tests" / "triton_models_locale"
@@ -51,3 +52,12 @@ def test_stub_opens_text_as_utf8_and_prints_non_ascii(locale_triton: TritonServe
 
 def test_model_importing_torch_inductor_loads(locale_triton: TritonServer) -> None:
     assert _infer(locale_triton, "inductor_import") == "imported"
+
+
+def test_the_real_stub_interpreter_passes_the_numpy_check(tmp_path: Path) -> None:
+    """The probe runs through the launcher's stub environment (isolated, like the stub) and sees
+    this environment's numpy, which the embedded stack (the local extra) pins below 2."""
+    import numpy
+
+    assert int(numpy.__version__.split(".")[0]) < 2
+    check_stub_numpy(make_stub_python(tmp_path / "stub"))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 MODEL_VERSION_DIR = REPO_ROOT / "triton_models" / "reference" / "tiny-llm" / "1"
 if str(MODEL_VERSION_DIR) not in sys.path:
     sys.path.insert(0, str(MODEL_VERSION_DIR))
