@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,8 +84,11 @@ class ModelCatalog:
         overrides: Mapping[str, ModelFiles] | None = None,
         tokenizer_threads: int = 1,
         token_count_cache_bytes: int = 0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``clock``: what staleness is measured with (tests pass one they move by hand)."""
         self._backend = backend
+        self._clock = clock
         self.counter = TokenCounter(tokenizer_threads)
         """Runs prompt counts, off the event loop when they are long."""
         self._count_cache = CountCache(token_count_cache_bytes) if token_count_cache_bytes else None
@@ -108,7 +111,7 @@ class ModelCatalog:
         return len(model.adapters) if model is not None else 0
 
     def _stale(self) -> bool:
-        return time.monotonic() - self._refreshed_at >= self._refresh_interval
+        return self._clock() - self._refreshed_at >= self._refresh_interval
 
     async def models(self) -> dict[str, ServedModel]:
         """The current snapshot. Raises (503) if it is empty and Triton cannot be reached."""
@@ -131,13 +134,13 @@ class ModelCatalog:
                 await self.refresh()
             except GatewayError as exc:  # requests keep the last snapshot; Triton's errors reach them
                 logger.warning("model list refresh failed: %s", exc.message)
-                self._refreshed_at = time.monotonic()  # retry after an interval, not on every request
+                self._refreshed_at = self._clock()  # retry after an interval, not on every request
 
     async def refresh(self) -> None:
         backend_models = await self._backend.list_models()
         models = {m.name: self._describe(m, self._models.get(m.name)) for m in backend_models}
         self._models = models
-        self._refreshed_at = time.monotonic()
+        self._refreshed_at = self._clock()
 
     def _describe(self, model: BackendModel, previous: ServedModel | None) -> ServedModel:
         files = LocalModelFiles()

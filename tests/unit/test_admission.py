@@ -21,6 +21,13 @@ def admission(slots: int, queue: int, timeout: float = 1.0) -> Admission:
     return Admission(lambda model: (slots, queue), timeout)
 
 
+async def queued(gates: Admission, count: int) -> None:
+    """Let the tasks just created reach the queue: each needs one turn of the loop, no time."""
+    for _ in range(count + 1):
+        await asyncio.sleep(0)
+    assert gates.gate("m").waiting == count
+
+
 async def test_waiters_get_slots_in_order() -> None:
     gates = admission(1, 5)
     held = await gates.acquire("m", None)
@@ -32,8 +39,7 @@ async def test_waiters_get_slots_in_order() -> None:
         ticket.release()
 
     waiters = [asyncio.create_task(wait(i)) for i in range(3)]
-    await asyncio.sleep(0.01)
-    assert gates.gate("m").waiting == 3
+    await queued(gates, 3)
     held.release()
     await asyncio.gather(*waiters)
     assert order == [0, 1, 2] and gates.in_flight == 0
@@ -43,7 +49,7 @@ async def test_full_queue_and_wait_timeout_are_429() -> None:
     gates = admission(1, 1, timeout=0.05)
     await gates.acquire("m", "a")
     waiter = asyncio.create_task(gates.acquire("m", "a"))
-    await asyncio.sleep(0.01)
+    await queued(gates, 1)
     with pytest.raises(RateLimitError):
         await gates.acquire("m", None)  # queue full: at once
     with pytest.raises(RateLimitError):
@@ -56,7 +62,7 @@ async def test_a_waiter_that_leaves_passes_its_slot_on() -> None:
     held = await gates.acquire("m", None)
     leaving = asyncio.create_task(gates.acquire("m", None))
     staying = asyncio.create_task(gates.acquire("m", None))
-    await asyncio.sleep(0.01)
+    await queued(gates, 2)
     leaving.cancel()
     held.release()
     ticket = await staying
@@ -70,7 +76,7 @@ async def test_shutdown_rejects_everyone_waiting() -> None:
     gates = admission(1, 5)
     await gates.acquire("m", None)
     waiters = [asyncio.create_task(gates.acquire("m", None)) for _ in range(2)]
-    await asyncio.sleep(0.01)
+    await queued(gates, 2)
     assert gates.reject_waiting(ShuttingDownError("bye")) == 2
     for waiter in waiters:
         with pytest.raises(ShuttingDownError):

@@ -22,13 +22,27 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+class Clock:
+    """A monotonic clock the test moves: staleness without sleeping."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 class SlowBackend:
-    def __init__(self, names: list[str], delay: float = 0.0) -> None:
-        self.names, self.delay, self.calls, self.down = names, delay, 0, False
+    """Lists ``names``; while ``gate`` is set and closed, a listing waits for it to open."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names, self.calls, self.down = names, 0, False
+        self.gate: asyncio.Event | None = None
 
     async def list_models(self) -> list[BackendModel]:
         self.calls += 1
-        await asyncio.sleep(self.delay)
+        if self.gate is not None:
+            await self.gate.wait()
         if self.down:
             raise BackendUnavailableError("down")
         return [BackendModel(name=n) for n in self.names]
@@ -55,28 +69,41 @@ def test_missing_or_hub_model_has_no_tokenizer(tmp_path: Path) -> None:
     assert read_local_model_files(tmp_path, "m").tokenizer_dir is None
 
 
+async def settle() -> None:
+    """Let the catalog's background refresh run to its end (it awaits nothing but the gate)."""
+    for _ in range(10):
+        await asyncio.sleep(0)
+
+
 async def test_stale_snapshot_is_served_while_it_refreshes_in_the_background() -> None:
-    backend = SlowBackend(["a"], delay=0.2)
-    catalog = ModelCatalog(backend, [], refresh_interval=0.05)  # type: ignore[arg-type]
+    clock, backend = Clock(), SlowBackend(["a"])
+    catalog = ModelCatalog(backend, [], refresh_interval=10, clock=clock)  # type: ignore[arg-type]
     assert set(await catalog.models()) == {"a"}  # empty: refreshed in line
-    backend.names = ["a", "b"]
-    await asyncio.sleep(0.06)
-    started = asyncio.get_running_loop().time()
-    assert set(await catalog.models()) == {"a"}  # stale: answered at once
-    assert asyncio.get_running_loop().time() - started < 0.2  # the refresh takes 0.2 s: not waited for
-    await asyncio.sleep(0.3)
+    backend.names, backend.gate = ["a", "b"], asyncio.Event()
+    clock.now = 10.0
+    # stale: answered at once, while the refresh it started waits on the closed gate
+    assert set(await asyncio.wait_for(catalog.models(), 5)) == {"a"}
+    assert backend.calls == 2
+    backend.gate.set()
+    await settle()
     assert set(await catalog.models()) == {"a", "b"}
 
 
 async def test_failed_background_refresh_keeps_the_snapshot() -> None:
-    backend = SlowBackend(["a"])
-    catalog = ModelCatalog(backend, [], refresh_interval=0.01)  # type: ignore[arg-type]
+    clock, backend = Clock(), SlowBackend(["a"])
+    catalog = ModelCatalog(backend, [], refresh_interval=10, clock=clock)  # type: ignore[arg-type]
     await catalog.models()
     backend.down = True
-    await asyncio.sleep(0.02)
+    clock.now = 10.0
     assert set(await catalog.models()) == {"a"}
-    await asyncio.sleep(0.05)
+    await settle()
+    assert backend.calls == 2  # the refresh ran and failed
     assert set(await catalog.models()) == {"a"}
+    assert backend.calls == 2  # retried after an interval, not on every request
+    clock.now = 20.0
+    assert set(await catalog.models()) == {"a"}
+    await settle()
+    assert backend.calls == 3
 
 
 async def test_empty_snapshot_with_triton_down_raises_503() -> None:
