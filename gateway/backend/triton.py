@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
-from collections.abc import Callable
 from typing import Any, Literal
 
 import grpc
@@ -33,6 +31,7 @@ from gateway.backend.contracts.trtllm import (
     parse_trtllm_outputs,
 )
 from gateway.backend.contracts.vllm import infer_request_bytes, parse_vllm_outputs, vllm_outputs_plan
+from gateway.backend.error_table import classify_rpc_error, classify_stream_error
 from gateway.backend.handoff import HandOffStream
 from gateway.backend.stream_messages import StreamReader
 from gateway.backend.transport.aio import AioTransport
@@ -46,107 +45,9 @@ from gateway.backend.transport.h2 import H2Transport, Keepalive
 from gateway.backend.transport.h2conn import DEFAULT_MAX_MESSAGE_BYTES
 from gateway.backend.transport.tls import TritonTLS
 from gateway.backend.types import BackendModel, GenerationChunk, GenerationRequest
-from gateway.errors import (
-    BackendError,
-    BackendTimeoutError,
-    BackendUnavailableError,
-    BackendUnreachableError,
-    ContextLengthExceededError,
-    GatewayError,
-    InvalidRequestError,
-    ModelNotFoundError,
-)
+from gateway.errors import BackendTimeoutError, BackendUnavailableError, GatewayError
 
 logger = logging.getLogger(__name__)
-
-# In-stream errors carry only a message (no status code), so known texts are classified here, first
-# match wins. The texts are the ones the backends really send: the reference ``tiny-llm``, and
-# Triton's vLLM backend, which prefixes whatever the engine raised with "Error generating stream: ".
-_Classify = Callable[[re.Match[str], str], GatewayError]
-
-
-def _typed(error_type: type[GatewayError], param: str | None = None) -> _Classify:
-    return lambda match, message: error_type(message, param=param)
-
-
-def _vllm_validation(match: re.Match[str], message: str) -> GatewayError:
-    # A VLLMValidationError's text ends with "(parameter=<field>, value=...)": the field is named.
-    param = match["param"]
-    return InvalidRequestError(message, param={"structured_outputs": "response_format"}.get(param, param))
-
-
-def _refused_sampling(match: re.Match[str], message: str) -> GatewayError:
-    # The vLLM backend's TritonSamplingParams.from_dict catches whatever vLLM's SamplingParams
-    # raised, logs it and returns None; the request then fails on None.lora_name. Only that
-    # refusal produces this text, and the reason is in Triton's log only.
-    return InvalidRequestError(
-        "The backend refused the sampling parameters (Triton's vLLM backend logs vLLM's reason in "
-        f"Triton's log and does not return it): {message}"
-    )
-
-
-def _unavailable(match: re.Match[str], message: str) -> GatewayError:
-    return BackendUnreachableError(message, headers={"Retry-After": "1"})
-
-
-_ERROR_PATTERNS: tuple[tuple[re.Pattern[str], _Classify], ...] = (
-    (
-        re.compile(r"structured output|guided decoding|Grammar error", re.I),
-        _typed(InvalidRequestError, "response_format"),
-    ),
-    (re.compile(r"LoRA .* is not supported|LoRA feature is not enabled"), _typed(ModelNotFoundError, "model")),
-    (
-        re.compile(r"prompt \(length \d+\).* longer than the maximum model length|maximum context length is \d+"),
-        _typed(ContextLengthExceededError, "messages"),
-    ),
-    (re.compile(r"prompt cannot be empty"), _typed(InvalidRequestError)),
-    (re.compile(r"'NoneType' object has no attribute 'lora_name'"), _refused_sampling),
-    (re.compile(r"\(parameter=(?P<param>\w+)(, value=.*)?\)$", re.S), _vllm_validation),
-    (re.compile(r"unhealthy vLLM engine"), _unavailable),
-    (re.compile(r"unknown model|is not found|not ready|unavailable model", re.I), _typed(BackendUnavailableError)),
-    (
-        re.compile(r"not supported by|invalid sampling|unknown sampling|sampling_parameters|INVALID_ARG", re.I),
-        _typed(InvalidRequestError),
-    ),
-)
-
-_STATUS_ERRORS: dict[grpc.StatusCode, type[GatewayError]] = {
-    grpc.StatusCode.UNAVAILABLE: BackendUnavailableError,
-    grpc.StatusCode.DEADLINE_EXCEEDED: BackendTimeoutError,
-    grpc.StatusCode.INVALID_ARGUMENT: InvalidRequestError,
-    grpc.StatusCode.NOT_FOUND: BackendUnavailableError,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: BackendUnavailableError,
-}
-
-
-def classify_stream_error(message: str) -> GatewayError:
-    """Map an error message sent inside the stream to a typed error; an unknown one is a 500 that
-    carries the backend's message."""
-    for pattern, classify in _ERROR_PATTERNS:
-        match = pattern.search(message)
-        if match:
-            return classify(match, message)
-    return BackendError(message)
-
-
-_STATUS_BY_NUMBER = {code.value[0]: code for code in grpc.StatusCode}
-
-
-def classify_rpc_error(error: grpc.aio.AioRpcError | CallError) -> GatewayError:
-    """Map a gRPC status (of a grpc.aio call or of one of our streams) to a typed error."""
-    if isinstance(error, CallError):
-        code, details = _STATUS_BY_NUMBER.get(error.code, grpc.StatusCode.UNKNOWN), error.details
-    else:
-        code, details = error.code(), error.details()
-    error_type = _STATUS_ERRORS.get(code, BackendError)
-    details = details or code.name
-    if code is grpc.StatusCode.UNAVAILABLE:  # the server, not one model: the replica pool ejects it
-        return BackendUnreachableError(f"Triton is unavailable: {details}", headers={"Retry-After": "1"})
-    if error_type is BackendUnavailableError:
-        return BackendUnavailableError(f"Triton is unavailable: {details}", headers={"Retry-After": "1"})
-    if error_type is BackendTimeoutError:
-        return BackendTimeoutError("the request's deadline passed before the backend finished")
-    return error_type(f"Triton error: {details}")
 
 
 def vllm_reader() -> StreamReader:
