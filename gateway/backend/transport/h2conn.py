@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import struct
 import time
 from collections import deque
 from collections.abc import Callable
@@ -57,6 +56,44 @@ from gateway.backend.transport.base import (
     CallError,
 )
 from gateway.backend.transport.h2call import StreamCall
+from gateway.backend.transport.h2frames import (
+    ACK,
+    CANCEL,
+    COMPRESSION_ERROR,
+    CONTINUATION,
+    DATA,
+    DEFAULT_MAX_FRAME,
+    DEFAULT_WINDOW,
+    ENABLE_PUSH,
+    END_HEADERS,
+    END_STREAM,
+    ENHANCE_YOUR_CALM,
+    FLOW_CONTROL_ERROR,
+    FRAME_HEAD,
+    FRAME_SIZE_ERROR,
+    GOAWAY,
+    HEADER_TABLE_SIZE,
+    HEADERS,
+    INITIAL_WINDOW_SIZE,
+    MAX_CONCURRENT_STREAMS,
+    MAX_FRAME_SIZE,
+    MAX_WINDOW,
+    NO_ERROR,
+    PADDED,
+    PING,
+    PREFACE,
+    PRIORITY,
+    PRIORITY_FLAG,
+    PROTOCOL_ERROR,
+    PUSH_PROMISE,
+    REFUSED_STREAM,
+    RST_STREAM,
+    SETTINGS,
+    WINDOW_UPDATE,
+    ProtocolViolation,
+    error_name,
+    frame,
+)
 from gateway.backend.transport.h2headers import (
     RepeatingHeadersDecoder,
     RepeatingHeadersEncoder,
@@ -64,40 +101,6 @@ from gateway.backend.transport.h2headers import (
 )
 
 T = TypeVar("T")
-
-# Frame types and flags (RFC 9113 §6).
-DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
-END_STREAM = ACK = 0x1
-END_HEADERS, PADDED, PRIORITY_FLAG = 0x4, 0x8, 0x20
-
-# Error codes (RFC 9113 §7).
-ERROR_NAMES = (
-    "NO_ERROR",
-    "PROTOCOL_ERROR",
-    "INTERNAL_ERROR",
-    "FLOW_CONTROL_ERROR",
-    "SETTINGS_TIMEOUT",
-    "STREAM_CLOSED",
-    "FRAME_SIZE_ERROR",
-    "REFUSED_STREAM",
-    "CANCEL",
-    "COMPRESSION_ERROR",
-    "CONNECT_ERROR",
-    "ENHANCE_YOUR_CALM",
-    "INADEQUATE_SECURITY",
-    "HTTP_1_1_REQUIRED",
-)
-NO_ERROR, PROTOCOL_ERROR, FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR = 0x0, 0x1, 0x3, 0x6
-REFUSED_STREAM, CANCEL, COMPRESSION_ERROR, ENHANCE_YOUR_CALM = 0x7, 0x8, 0x9, 0xB
-
-# Settings (RFC 9113 §6.5.2).
-HEADER_TABLE_SIZE, ENABLE_PUSH, MAX_CONCURRENT_STREAMS, INITIAL_WINDOW_SIZE, MAX_FRAME_SIZE = 1, 2, 3, 4, 5
-
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-MAX_WINDOW = 2**31 - 1
-DEFAULT_WINDOW = 65_535
-DEFAULT_MAX_FRAME = 16_384
-"""The largest frame either side may send until told otherwise; we never raise ours."""
 
 _LAST_STREAM_ID = 2**31 - 1 - 2 * 65536
 """Retire a connection well before HTTP/2's stream ids run out (after ~1e9 calls)."""
@@ -113,28 +116,8 @@ _LARGE_FRAME = 4096
 """A DATA frame at least this large is handed to its call as a view (a token's frame is ~200 B)."""
 
 _KEEPALIVE_PAYLOAD = b"gwalive!"
-_FRAME_HEAD = struct.Struct(">IBI").unpack_from
-"""A frame's 9-byte header as (length << 8 | type, flags, stream id with its reserved bit): one
-call, a third of the cost of slicing and ``int.from_bytes`` per field on the per-token path."""
 
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
-
-
-def frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
-    """One frame's bytes: the 9-byte header, then the payload."""
-    return len(payload).to_bytes(3, "big") + bytes((kind, flags)) + stream_id.to_bytes(4, "big") + payload
-
-
-def error_name(code: int) -> str:
-    return ERROR_NAMES[code] if code < len(ERROR_NAMES) else f"error code {code:#x}"
-
-
-class ProtocolViolation(Exception):
-    """The server broke the protocol: the connection ends, and ``code`` goes in our GOAWAY."""
-
-    def __init__(self, code: int, why: str) -> None:
-        super().__init__(why)
-        self.code = code
 
 
 @dataclass
@@ -227,7 +210,7 @@ class GrpcConnection(asyncio.Protocol):
         calls = self._calls
         try:
             while size - pos >= 9:
-                length_kind, flags, sid = _FRAME_HEAD(data, pos)
+                length_kind, flags, sid = FRAME_HEAD(data, pos)
                 length = length_kind >> 8
                 if length > DEFAULT_MAX_FRAME:
                     raise ProtocolViolation(FRAME_SIZE_ERROR, f"a frame of {length} bytes (the limit is 16384)")
