@@ -97,7 +97,8 @@ class StreamCall(BatchedCall[T]):
         self._parse = parse
         self._max = max_message_bytes
         self._release_at = stream_window // 2
-        """Bytes given back in one WINDOW_UPDATE: half the window, so the sender never waits on us."""
+        """Bytes are given back once this many have gathered: one WINDOW_UPDATE per half window, and a
+        server whose messages are taken as fast as they come never runs out of window."""
         self._parts: list[bytes | memoryview] | None = None
         """The pieces of a message still arriving (None when there is none; see ``_gather``)."""
         self._head = b""
