@@ -3,5 +3,5 @@
 # the shipped tiny model, and the gateway on http://127.0.0.1:8000. Extra arguments go to the CLI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install.sh local,speed,compile
+bash scripts/install.sh local,speed
 exec .venv/bin/triton-openai-gateway --embedded "$@"

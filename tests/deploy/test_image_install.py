@@ -78,7 +78,7 @@ def _build_context(dest: Path) -> tuple[Path, list[str]]:
                         goal = goal / path.name
                     if path.is_dir():
                         shutil.copytree(
-                            path, goal, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.so", "_compiled.json")
+                            path, goal, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
                         )  # as .dockerignore
                     else:
                         goal.parent.mkdir(parents=True, exist_ok=True)
@@ -86,9 +86,8 @@ def _build_context(dest: Path) -> tuple[Path, list[str]]:
         elif instruction == "RUN" and args.startswith("install-gateway "):
             install_args = shlex.split(args)[1:]
     assert src_root is not None and install_args, "the Dockerfile's build stage no longer runs install-gateway"
-    flags = [a for a in install_args if a.startswith("--")]
-    assert install_args[: len(flags)] == flags == ["--compile"], "the image compiles its per-token modules"
-    assert install_args[len(flags)] == workdir, "install-gateway must build the copied source"
+    assert len(install_args) == 3, "install-gateway takes SOURCE_DIR VENV_DIR WHEEL_DIR"
+    assert install_args[0] == workdir, "install-gateway must build the copied source"
     return src_root, install_args
 
 
@@ -96,18 +95,18 @@ def _build_context(dest: Path) -> tuple[Path, list[str]]:
 def image_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("image")
     source, args = _build_context(root / "context")
-    flags, (_, venv_dir, wheel_dir) = args[:-3], args[-3:]
+    _, venv_dir, wheel_dir = args
     venv = root / venv_dir.lstrip("/")
     wheels = root / wheel_dir.lstrip("/")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PIP_REQUIRE_VIRTUALENV")}
     env["PYTHON"] = sys.executable
     started = time.monotonic()
     result = subprocess.run(
-        ["sh", str(INSTALL_SCRIPT), *flags, str(source), str(venv), str(wheels)],
+        ["sh", str(INSTALL_SCRIPT), str(source), str(venv), str(wheels)],
         capture_output=True,
         text=True,
         env=env,
-        timeout=600,  # the compile is ~30 s alone, longer beside the integration tests
+        timeout=600,  # a pip install, slow beside the integration tests on a loaded machine
         check=False,
     )
     assert result.returncode == 0, f"install failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
@@ -136,24 +135,13 @@ def test_image_venv_has_the_runtime_dependencies_and_no_torch_or_triton(image_ve
     )
     assert ok.returncode == 0, ok.stderr
     assert str(image_venv) in ok.stdout, "the gateway must come from the installed wheel, not the work tree"
+    package = Path(ok.stdout.strip()).parent
+    assert not [p.name for p in package.rglob("*.so")], "the gateway is pure Python"
     for module in ("torch", "transformers", "pytriton", "tritonserver", "vllm", "mypy"):
         probe = _venv_python(image_venv, f"import {module}")
         assert probe.returncode != 0, f"{module} is importable in the image venv"
     assert not (image_venv / "bin" / "tritonserver").exists()
     assert (image_venv / "bin" / "triton-openai-gateway").exists()
-
-
-def test_image_venv_runs_the_per_token_modules_compiled(image_venv: Path) -> None:
-    """The build stage compiled them (install-gateway --compile) and the guard took the build."""
-    probe = _venv_python(
-        image_venv,
-        "import gateway.compiled as c, gateway.core.generate as g, gateway.backend.transport.h2conn as h; "
-        "print(c.STATE, c.is_compiled(g), c.is_compiled(h), g.__file__)",
-    )
-    assert probe.returncode == 0, probe.stderr
-    state, generate, h2conn, where = probe.stdout.rsplit(" ", 3)
-    assert (state, generate, h2conn) == ("compiled", "True", "True"), probe.stdout
-    assert where.startswith(str(image_venv)), where
 
 
 # Run in the image venv: open the store a URL names, as the gateway does from its settings, and
