@@ -4,14 +4,13 @@
 # uv installs when it can (scripts/installer.sh says why), and pip does it if uv fails.
 #
 # The venv's interpreter: $PYTHON if set, else the distribution's python3 (/usr/bin/python3) when it
-# is 3.10 or newer and has venv, else the python3 on PATH. Distributions (Debian, Ubuntu, Fedora)
-# build CPython with profile-guided and link-time optimization; pyenv's default build, first on
-# this machine's PATH, has neither, and runs the gateway's per-token Python ~10 % slower
-# (docs/PERFORMANCE.md, "Eighteenth session"). An existing .venv is kept as it is.
+# is 3.11 or newer and has venv, else the python3 on PATH; it must be 3.11 or newer (the gateway
+# uses typing.Self, and CI type-checks 3.11). Distributions (Debian, Ubuntu, Fedora) build CPython
+# with profile-guided and link-time optimization; pyenv's default build has neither and runs the
+# gateway's per-token Python ~10 % slower (docs/DEPENDENCIES.md). An existing .venv is kept as it is.
 #
-# With the compile extra, the per-token modules are then compiled with mypyc (scripts/compile.py,
-# ~30 s; gateway/compiled.py says why); COMPILE=0 removes any earlier build instead, and a
-# failure (no C compiler) leaves the gateway running its Python sources, with a warning.
+# The gateway is pure Python: an extension module left in gateway/ would be imported in place of
+# its source, so any is removed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras=$1
@@ -19,12 +18,20 @@ if [ ! -x .venv/bin/python ]; then
     python=${PYTHON:-}
     if [ -z "$python" ]; then
         python=python3
-        if [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 10))' 2> /dev/null; then
+        if [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 11))' 2> /dev/null; then
             python=/usr/bin/python3
         fi
     fi
+    if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2> /dev/null; then
+        echo "the gateway needs Python 3.11 or newer, and $python is not: PYTHON=/path/to/python3 picks another" >&2
+        exit 1
+    fi
     "$python" -m venv .venv
+elif ! .venv/bin/python -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+    echo "the gateway needs Python 3.11 or newer, and .venv has $(.venv/bin/python -V): rm -rf .venv to rebuild it" >&2
+    exit 1
 fi
+find gateway -name '*.so' -delete
 log=.venv/install.log
 # shellcheck source=scripts/installer.sh
 . scripts/installer.sh
@@ -46,13 +53,3 @@ if [ "$installed" -eq 0 ] && ! "${INSTALL[@]}" -e ".[$extras]" >> "$log" 2>&1; t
     echo "install failed (full log: $log)" >&2
     exit 1
 fi
-case ",$extras," in
-    *,compile,*)
-        if [ "${COMPILE:-1}" = 0 ]; then
-            .venv/bin/python scripts/compile.py --clean
-        elif ! .venv/bin/python scripts/compile.py >> "$log" 2>&1; then
-            tail -n 20 "$log" >&2
-            echo "warning: the per-token modules could not be compiled; the gateway runs its Python sources (full log: $log)" >&2
-        fi
-        ;;
-esac
