@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Install everything the test suite needs into .venv, check lint, format and types (ruff, mypy), and run it: unit tests, integration tests
+# Install everything the test suite needs into .venv, check lint, format, types and the layer rules
+# (ruff, mypy, lint-imports), and run it: unit tests, integration tests
 # against a real tritonserver, chart tests, on the default transport to Triton (h2); then the
 # integration tests that exercise the token streams again on grpc.aio (GATEWAY_TRITON_TRANSPORT=aio,
 # which every gateway the tests start inherits: AIO_TESTS below; the feature tests above the
@@ -45,11 +46,13 @@ if [ "${#missing[@]}" -gt 0 ]; then
     fi
     rm -f "$apt_log"
 fi
-bash scripts/install.sh local,test,speed,compile
-# Lint, format and types first: cheap, and a failure here is a real defect (pyproject holds the config).
+bash scripts/install.sh local,test,speed
+# Lint, format, types and the layer rules first: cheap, and a failure here is a real defect
+# (pyproject holds the config: ruff, mypy, import-linter's contracts).
 .venv/bin/ruff check gateway tests bench scripts triton_models
 .venv/bin/ruff format --check gateway tests bench scripts triton_models
 .venv/bin/mypy
+.venv/bin/lint-imports
 h2_status=0
 # Tests that start tritonservers or gateway processes of their own (three replicas; two workers;
 # the embedded launcher's lifecycle): with no arguments they run after the aio run, beside the vLLM
