@@ -64,7 +64,7 @@ AUTOSCALED = merge_values(
 )
 THREE_REPLICAS = merge_values(STORE_SECRET, {"gateway": {"replicaCount": 3}})
 MONITORING = {"gateway": {"metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}}}}
-# Several chart-run Triton replicas, the gateway routing across them (issue #15).
+# Several chart-run Triton replicas, the gateway routing across them.
 ROUTING = {"policy": "prefix", "prefixChars": 2048, "loadFactor": 1.5, "resolveInterval": 2}
 TRITON_REPLICAS = merge_values(MONITORING, {"triton": {"replicaCount": 3}, "gateway": {"routing": ROUTING}})
 
