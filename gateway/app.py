@@ -28,7 +28,6 @@ from gateway.core.admission import Admission
 from gateway.core.service import CompletionService
 from gateway.errors import GatewayError
 from gateway.http.deps import Components
-from gateway.http.direct import DirectRoutes
 from gateway.http.errors import install_error_handlers
 from gateway.http.head import HeadAsGetMiddleware
 from gateway.http.rejections import RejectionCountMiddleware
@@ -134,8 +133,7 @@ def create_app(settings: Settings, backend: Backend | None = None) -> FastAPI:
                 await store.close()
 
     app = GatewayApp(title="triton-openai-gateway", version="0.1.0", lifespan=lifespan)
-    components = Components(settings, the_backend, catalog, the_metrics, service, store)
-    app.state.components = components
+    app.state.components = Components(settings, the_backend, catalog, the_metrics, service, store)
     install_error_handlers(app)
     app.include_router(health.router)
     app.include_router(models.router)
@@ -145,8 +143,7 @@ def create_app(settings: Settings, backend: Backend | None = None) -> FastAPI:
     if settings.metrics_enabled:
         app.include_router(metrics.router)
     # Middleware runs outermost-last-added: request id → rejection count → HEAD as GET → CORS →
-    # auth → body limit → the generating routes (http.direct) → FastAPI.
-    app.add_middleware(DirectRoutes, components=components)
+    # auth → body limit → FastAPI's routes.
     app.add_middleware(BodySizeLimitMiddleware, limit=settings.max_body_bytes)
     keys = settings.load_api_keys()
     if keys:

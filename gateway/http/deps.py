@@ -4,8 +4,7 @@
 They are ``async def`` although none awaits: FastAPI runs a plain ``def`` dependency in its
 thread pool, a thread hop per dependency per request. Each dependency also costs FastAPI's
 solving (~10-15 µs a request), so the completion routes take the ``Components`` whole, their one
-dependency, rather than one per part. (For the requests themselves ``http.direct`` calls them
-with the ``Components``, with no dependency solving at all.)
+dependency, rather than one per part.
 """
 
 from __future__ import annotations

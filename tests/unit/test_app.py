@@ -1,13 +1,16 @@
-"""The HTTP edge against an in-memory backend: error shapes, SSE framing, cancellation on stop."""
+"""The HTTP edge against an in-memory backend: error shapes, request bodies refused as FastAPI reads
+them, SSE framing, cancellation on stop."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+from starlette.types import Message
 
 from gateway.app import create_app
 from gateway.config import Settings
@@ -38,6 +41,51 @@ async def call(backend: ScriptedBackend, repo: Path, method: str, path: str, **k
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
             return await client.request(method, path, **kwargs)  # type: ignore[arg-type]
+
+
+async def asgi_call(
+    app: Any, path: str, messages: list[Message], leave_after: float | None = None
+) -> tuple[int, list[Message]]:
+    """One POST as a server makes it: ``messages`` from ``receive`` (the body's pieces), then a
+    disconnect after ``leave_after`` seconds (None: never); returns the status and every message
+    the app sent."""
+    queue = list(messages)
+
+    async def receive() -> Message:
+        if queue:
+            return queue.pop(0)
+        if leave_after is None:
+            await asyncio.Event().wait()
+        await asyncio.sleep(leave_after or 0.0)
+        return {"type": "http.disconnect"}
+
+    sent: list[Message] = []
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(b"content-type", b"application/json")],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 2),
+    }
+    await app(scope, receive, send)
+    starts = [m for m in sent if m["type"] == "http.response.start"]
+    assert len(starts) == 1
+    return starts[0]["status"], sent
+
+
+def body_message(body: dict[str, Any]) -> Message:
+    return {"type": "http.request", "body": json.dumps(body).encode(), "more_body": False}
 
 
 def chat(**extra: object) -> dict[str, object]:
@@ -247,6 +295,73 @@ async def test_an_empty_or_non_object_json_body_is_a_clear_400(tmp_path: Path, c
     )  # fmt: skip
     assert response.status_code == 400
     assert message in response.json()["error"]["message"] and response.json()["error"]["param"] is None
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions", "/v1/responses"])
+@pytest.mark.parametrize(
+    ("raw", "content_type", "message", "code"),
+    [
+        (b'{"model": "m", "prompt": "hi"}', "text/plain", "The request body must be JSON", "unsupported_media_type"),
+        (b"{}", None, "The request body must be JSON", "unsupported_media_type"),
+        (b"", "application/json", "The request body is empty: it must be a JSON object.", "invalid_json"),
+        (b"{", "application/json", "We could not parse the JSON body of your request.", "invalid_json"),
+        (b"\xff", "application/json", "There was an error parsing the body", None),
+        (b"[" * 5000 + b"]" * 5000, "application/json", "There was an error parsing the body", None),
+        (b"null", "application/json", "The request body must be a JSON object.", "invalid_type"),
+        (b"[]", "application/json", "The request body must be a JSON object.", "invalid_type"),
+    ],
+)
+async def test_bodies_that_are_not_a_json_object_are_400s_in_openais_shape(
+    tmp_path: Path, path: str, raw: bytes, content_type: str | None, message: str, code: str | None
+) -> None:
+    headers = {"content-type": content_type} if content_type else {}
+    backend = ScriptedBackend(text_chunks(b"ok"))
+    response = await call(backend, make_repo(tmp_path), "POST", path, content=raw, headers=headers)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["message"].startswith(message)
+    assert (error["type"], error["param"], error["code"]) == ("invalid_request_error", None, code)
+    assert backend.requests == []
+
+
+async def test_the_first_invalid_field_is_named_and_the_others_counted(tmp_path: Path) -> None:
+    body = {"model": "m", "prompt": "hi", "stream_options": "x", "n": 0}
+    response = await call(ScriptedBackend(), make_repo(tmp_path), "POST", "/v1/completions", json=body)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["param"] == "n"
+    assert error["message"] == "Invalid value for 'n': Input should be greater than or equal to 1 (and 1 more error)"
+
+
+async def test_json_is_read_as_the_stdlib_reads_it(tmp_path: Path) -> None:
+    """Integers beyond 64 bits stay exact (read as a float, this seed would round into range);
+    UTF-16 with a BOM parses."""
+    repo = make_repo(tmp_path)
+    headers = {"content-type": "application/json"}
+    beyond = b'{"model": "m", "prompt": "hi", "seed": -9223372036854775809}'
+    response = await call(ScriptedBackend(), repo, "POST", "/v1/completions", content=beyond, headers=headers)
+    assert response.status_code == 400 and response.json()["error"]["param"] == "seed"
+    backend = ScriptedBackend(text_chunks(b"ok"))
+    utf16 = '{"model": "m", "prompt": "hi", "max_tokens": 3}'.encode("utf-16")
+    response = await call(backend, repo, "POST", "/v1/completions", content=utf16, headers=headers)
+    assert response.status_code == 200 and backend.requests[0].sampling["max_tokens"] == 3
+
+
+async def test_a_body_in_pieces_is_read_whole_and_a_client_leaving_while_sending_it_is_a_400(tmp_path: Path) -> None:
+    backend = ScriptedBackend(text_chunks(b"ok"))
+    app = create_app(Settings(model_repository=[make_repo(tmp_path)]), backend=backend)
+    raw = json.dumps(chat(max_tokens=1)).encode()
+    pieces = [raw[:10], b"", raw[10:]]
+    whole: list[Message] = [{"type": "http.request", "body": p, "more_body": i < 2} for i, p in enumerate(pieces)]
+    async with app.router.lifespan_context(app):
+        assert (await asgi_call(app, "/v1/chat/completions", whole))[0] == 200
+        status, sent = await asgi_call(app, "/v1/chat/completions", [{"type": "http.request"}])
+        assert status == 400 and b"is empty" in sent[-1]["body"]
+        left: list[Message] = [{"type": "http.request", "body": raw[:10], "more_body": True}]
+        status, sent = await asgi_call(app, "/v1/chat/completions", left, leave_after=0.0)
+    assert status == 400
+    assert json.loads(sent[-1]["body"])["error"]["message"] == "There was an error parsing the body"
+    assert len(backend.requests) == 1
 
 
 async def test_unset_fields_sent_as_null_are_defaults_not_400s(tmp_path: Path) -> None:
