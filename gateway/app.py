@@ -15,9 +15,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
-from starlette.types import Receive, Scope, Send
 
-from gateway import compiled
 from gateway.backend.replicas.pool import ReplicaPool
 from gateway.backend.replicas.router import Policy, Router
 from gateway.backend.transport.tls import TritonTLS
@@ -35,7 +33,6 @@ from gateway.http.request_id import RequestIdMiddleware
 from gateway.http.respond import REPLICA_HEADER, ROUTE_HEADER
 from gateway.http.routes import chat, completions, health, metrics, models, responses
 from gateway.http.security import ApiKeyMiddleware, BodySizeLimitMiddleware
-from gateway.http.sse import BODY_SEND
 from gateway.metrics import Metrics
 from gateway.models.catalog import ModelCatalog
 from gateway.models.files import ModelFileSources
@@ -69,20 +66,6 @@ def triton_replicas(settings: Settings) -> ReplicaPool:
     return ReplicaPool(settings.triton_endpoints, connect, router, resolve_interval=settings.triton_resolve_interval)
 
 
-class GatewayApp(FastAPI):
-    """FastAPI that leaves the server's own ``send`` in the scope for stream bodies
-    (``sse.BODY_SEND``). Starlette's outermost middleware (its 500 handler) wraps ``send`` only
-    to see whether the response has started, as every middleware of ours between it and the
-    routes does, so once a stream's headers are out its frames go straight to the server: one
-    call fewer per frame than through the wrapper, every middleware's view of the response
-    unchanged."""
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            scope.setdefault("state", {})[BODY_SEND] = send
-        await super().__call__(scope, receive, send)
-
-
 def create_app(settings: Settings, backend: Backend | None = None) -> FastAPI:
     """Build the app. ``backend`` defaults to the Triton replicas of ``settings.triton_url``."""
     pool = triton_replicas(settings) if backend is None else None
@@ -110,11 +93,10 @@ def create_app(settings: Settings, backend: Backend | None = None) -> FastAPI:
         await the_backend.start()
         if backend is None:
             logger.info(
-                "token streams to Triton on the %s transport; replicas %s, routing policy %s; per-token modules %s",
+                "token streams to Triton on the %s transport; replicas %s, routing policy %s",
                 settings.triton_transport,
                 settings.triton_url,
                 settings.routing_policy,
-                compiled.STATE,
             )
         try:
             await catalog.refresh()
@@ -132,7 +114,7 @@ def create_app(settings: Settings, backend: Backend | None = None) -> FastAPI:
             if store is not None:
                 await store.close()
 
-    app = GatewayApp(title="triton-openai-gateway", version="0.1.0", lifespan=lifespan)
+    app = FastAPI(title="triton-openai-gateway", version="0.1.0", lifespan=lifespan)
     app.state.components = Components(settings, the_backend, catalog, the_metrics, service, store)
     install_error_handlers(app)
     app.include_router(health.router)

@@ -25,8 +25,7 @@ def mark_counted_by_outcome(scope: Scope) -> None:
 
 
 class RejectionCountMiddleware:
-    """Pure ASGI, for POSTs to the completion routes only. It sees the response start and nothing
-    else: a stream's body frames go around it (``sse.BODY_SEND``)."""
+    """Pure ASGI, for POSTs to the completion routes only; it reads the response start alone."""
 
     def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
         self.app = app

@@ -14,9 +14,7 @@ _REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 
 class RequestIdMiddleware:
     """Accept ``X-Request-Id`` (or make one), keep it in ``scope["state"]`` for the Triton request
-    id and logs, and echo it on the response. Pure ASGI: no per-request task or body buffering.
-    It watches the response start only, so a stream's body frames may go around it
-    (``sse.BODY_SEND``, set by ``app.GatewayApp``)."""
+    id and logs, and echo it on the response. Pure ASGI: no per-request task or body buffering."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app

@@ -42,11 +42,6 @@ def data_frame(payload: bytes) -> bytes:
     return DATA_FRAMING[0] + payload + DATA_FRAMING[1]
 
 
-BODY_SEND = "body_send"
-"""``scope["state"]`` key of the outer ``send`` to write body frames with (the server's own, left
-there by ``app.GatewayApp``); without it, frames go through the response's own ``send``."""
-
-
 class Frames(Protocol):
     """The SSE frames of one stream; ``aclose`` stops whatever produces them. ``ended`` is true
     once the frame just returned is the stream's last (``[DONE]``, or an error event), so the
@@ -65,11 +60,13 @@ class Frames(Protocol):
 class SSEResponse(Response):
     """A streaming ``text/event-stream`` response for frames that are already SSE-encoded.
 
-    The request's ``ClientWatch`` (``http.respond``'s, else one of its own) cancels the stream the
-    moment the client disconnects (closing the frames then cancels the Triton call); a timer sends a
-    ``: ping`` comment whenever nothing was written for ``ping_interval`` seconds. The frames are
-    written with one ``send`` each and nothing else per frame: no task group, no cancel scope, no
-    re-encoding. Idle streams cost memory, so the per-stream state is kept to that.
+    The request's ``ClientWatch`` (``http.respond``'s, else one of its own) cancels the stream
+    the moment the client disconnects (closing the frames then cancels the Triton call); a timer
+    sends a ``: ping`` comment whenever nothing was written for ``ping_interval`` seconds.
+    The frames are written with one ``send`` each and nothing else per frame: no task group, no
+    cancel scope, no re-encoding. That ``send`` is the one the middlewares handed down, so one
+    that wraps it (compression, tracing) sees every frame. Idle streams cost memory, so the
+    per-stream state is kept to that.
 
     ``coalesce_interval``: when a frame was written less than that long after it was asked for
     (the stream is fast), the next one is asked for only once the interval has passed, so whatever
@@ -94,7 +91,7 @@ class SSEResponse(Response):
         self.background = None
         self.raw_headers = raw_headers
         self.watch = watch
-        """The request's watch, when ``http.respond`` started one (else the response starts its own)."""
+        """The request's watch, when ``http.respond`` started one (else the response starts one)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         loop = asyncio.get_running_loop()
@@ -124,7 +121,7 @@ class SSEResponse(Response):
                 idle = 0.0
             timer = loop.call_later(self.ping_interval - idle, ping_if_idle)
 
-        async def write_body(send: Send) -> None:
+        async def write_body() -> None:
             nonlocal last_write
             coalesce = self.coalesce_interval
             asked = last_write
@@ -151,7 +148,7 @@ class SSEResponse(Response):
             # loop's few coroutines to resume. A cancellation of the request's task (the watch's,
             # the server's) cancels the task it waits for, so the writing stops first and the
             # ``finally`` below runs after it.
-            await loop.create_task(write_body(scope.get("state", {}).get(BODY_SEND, send)))
+            await loop.create_task(write_body())
         except asyncio.CancelledError:
             if not watch.taken_back():  # else our own cancel: the client left, the stream is over
                 raise

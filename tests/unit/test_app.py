@@ -1,5 +1,5 @@
 """The HTTP edge against an in-memory backend: error shapes, request bodies refused as FastAPI reads
-them, SSE framing, cancellation on stop."""
+them, SSE framing through the middleware chain, cancellation on stop."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
-from starlette.types import Message
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.app import create_app
 from gateway.config import Settings
@@ -362,6 +362,43 @@ async def test_a_body_in_pieces_is_read_whole_and_a_client_leaving_while_sending
     assert status == 400
     assert json.loads(sent[-1]["body"])["error"]["message"] == "There was an error parsing the body"
     assert len(backend.requests) == 1
+
+
+class RecordingSend:
+    """Pure ASGI middleware that wraps ``send``, as gzip or a tracer does, and records every message."""
+
+    def __init__(self, app: ASGIApp, seen: list[Message]) -> None:
+        self.app = app
+        self.seen = seen
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def recording(message: Message) -> None:
+            self.seen.append(message)
+            await send(message)
+
+        await self.app(scope, receive, recording)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "last"),
+    [
+        ("/v1/chat/completions", chat(stream=True, max_tokens=3), b"data: [DONE]\n\n"),
+        ("/v1/responses", {"model": "m", "input": "hi", "stream": True}, b"event: response.completed\n"),
+    ],
+)
+async def test_a_middleware_wrapping_send_sees_every_body_frame_of_a_stream(
+    tmp_path: Path, path: str, body: dict[str, Any], last: bytes
+) -> None:
+    seen: list[Message] = []
+    backend = ScriptedBackend(text_chunks(b"a", b"b", b"c"), delay=0.01)
+    app = create_app(Settings(model_repository=[make_repo(tmp_path)]), backend=backend)
+    app.add_middleware(RecordingSend, seen=seen)
+    async with app.router.lifespan_context(app):
+        status, sent = await asyncio.wait_for(asgi_call(app, path, [body_message(body)]), 5.0)
+    assert status == 200
+    bodies = [m for m in sent if m["type"] == "http.response.body"]
+    assert len(bodies) >= 3 and last in bodies[-1]["body"] and not bodies[-1].get("more_body", False)
+    assert seen == sent  # every frame, in order, and nothing around the middleware
 
 
 async def test_unset_fields_sent_as_null_are_defaults_not_400s(tmp_path: Path) -> None:

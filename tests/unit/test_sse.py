@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gateway.http.sse import BODY_SEND, DATA_FRAMING, DONE_FRAME, PING_FRAME, data_frame, sse_response
+from gateway.http.sse import DATA_FRAMING, DONE_FRAME, PING_FRAME, data_frame, sse_response
 
 pytestmark = pytest.mark.anyio
 
@@ -50,11 +50,10 @@ class Frames:
 
 
 async def serve(
-    frames: Frames, *, ping_interval: float = 10.0, disconnect_after: float | None = None, body_send: bool = False
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Run the response; returns the messages sent through ``send`` and through ``body_send``."""
+    frames: Frames, *, ping_interval: float = 10.0, disconnect_after: float | None = None
+) -> list[dict[str, Any]]:
+    """Run the response; returns the messages it sent."""
     sent: list[dict[str, Any]] = []
-    body: list[dict[str, Any]] = []
 
     async def receive() -> dict[str, Any]:
         if disconnect_after is None:
@@ -65,18 +64,14 @@ async def serve(
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    async def outer_send(message: dict[str, Any]) -> None:
-        body.append(message)
-
-    scope: dict[str, Any] = {"type": "http", "state": {BODY_SEND: outer_send} if body_send else {}}
     response = sse_response(frames, ping_interval=ping_interval, headers={"X-Extra": "1"})  # type: ignore[arg-type]
-    await response(scope, receive, send)  # type: ignore[arg-type]
-    return sent, body
+    await response({"type": "http", "state": {}}, receive, send)  # type: ignore[arg-type]
+    return sent
 
 
 async def test_each_frame_is_one_send_then_an_empty_last_body() -> None:
     frames = Frames([b"data: a\n\n", b"data: b\n\n"])
-    sent, _ = await serve(frames)
+    sent = await serve(frames)
     start, *bodies = sent
     assert start["type"] == "http.response.start" and start["status"] == 200
     headers = dict(start["headers"])
@@ -104,19 +99,13 @@ def test_extra_headers_follow_the_streams_own_and_a_lowercase_name_replaces_one_
 
 async def test_a_last_frame_said_so_ends_the_body_itself() -> None:
     frames = Frames([b"data: a\n\n", DONE_FRAME], says_last=True)
-    sent, _ = await serve(frames)
+    sent = await serve(frames)
     assert [(m["body"], m["more_body"]) for m in sent[1:]] == [(b"data: a\n\n", True), (DONE_FRAME, False)]
     assert frames.closed
 
 
-async def test_body_frames_go_to_the_outer_send_when_the_middleware_left_it() -> None:
-    sent, body = await serve(Frames([b"data: a\n\n"]), body_send=True)
-    assert [m["type"] for m in sent] == ["http.response.start"]
-    assert [m["body"] for m in body] == [b"data: a\n\n", b""]
-
-
 async def test_an_idle_stream_gets_bare_comment_pings() -> None:
-    sent, _ = await serve(Frames([b"data: late\n\n"], pause=0.35), ping_interval=0.1)
+    sent = await serve(Frames([b"data: late\n\n"], pause=0.35), ping_interval=0.1)
     bodies = [m["body"] for m in sent[1:]]
     assert bodies[-2:] == [b"data: late\n\n", b""]
     pings = bodies[:-2]
@@ -124,13 +113,13 @@ async def test_an_idle_stream_gets_bare_comment_pings() -> None:
 
 
 async def test_a_busy_stream_sends_no_pings() -> None:
-    sent, _ = await serve(Frames([b"data: x\n\n"] * 6, pause=0.03), ping_interval=0.1)
+    sent = await serve(Frames([b"data: x\n\n"] * 6, pause=0.03), ping_interval=0.1)
     assert PING_FRAME not in [m["body"] for m in sent[1:]]
 
 
 async def test_client_disconnect_ends_the_stream_quietly_and_closes_the_frames() -> None:
     frames = Frames([b"data: a\n\n", b"data: never\n\n"], pause=0.2)
-    sent, _ = await asyncio.wait_for(serve(frames, disconnect_after=0.3), 2.0)
+    sent = await asyncio.wait_for(serve(frames, disconnect_after=0.3), 2.0)
     assert frames.closed
     assert b"data: never\n\n" not in [m.get("body") for m in sent]
 
