@@ -25,12 +25,12 @@ from gateway.config import Settings
 from gateway.core.admission import Admission
 from gateway.core.service import CompletionService
 from gateway.errors import GatewayError
+from gateway.http.answer import REPLICA_HEADER, ROUTE_HEADER
 from gateway.http.deps import Components
 from gateway.http.errors import install_error_handlers
 from gateway.http.head import HeadAsGetMiddleware
 from gateway.http.rejections import RejectionCountMiddleware
 from gateway.http.request_id import RequestIdMiddleware
-from gateway.http.respond import REPLICA_HEADER, ROUTE_HEADER
 from gateway.http.routes import chat, completions, health, metrics, models, responses
 from gateway.http.security import ApiKeyMiddleware, BodySizeLimitMiddleware
 from gateway.metrics import Metrics

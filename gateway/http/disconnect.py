@@ -6,13 +6,11 @@ unnoticed, and Triton would keep working for nobody. ``ClientWatch`` waits on ``
 ``http.disconnect``. When it comes, it cancels the request's own task, wherever that task is
 waiting: in the queue, for the first step, in the generation, or while a frame is written.
 
-One watch serves the whole request. ``http.respond`` starts it before the request first waits
-(in the queue, or for the first step, whose task it starts just before). It hands it to the SSE
-response, which keeps it until the stream ends. Before, each phase ran its work in
-a task of its own beside its own watcher: four watch-and-wait tasks per streamed request, where
-there are now two (this one and priming's first step; docs/PERFORMANCE.md). The SSE response
-writes the body from a third task, which the request's task waits for: cancelling the request's
-task (this watch's job) cancels that one too.
+One watch serves the whole request, so no phase needs a task of its own beside a watcher of its
+own. ``http.answer.respond`` starts it before the request first waits (in the queue, or for the
+first step, whose task it starts just before) and hands it to the SSE response, which keeps it
+until the stream ends. The SSE response writes the body from a task of its own, which the
+request's task waits for: cancelling the request's task (this watch's job) cancels that one too.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 
 from gateway.errors import GatewayError, InvalidRequestError, error_body
-from gateway.http.responses import JSONBytesResponse
+from gateway.http.json_response import JSONBytesResponse
 from gateway.http.sse import data_frame
 
 logger = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """Answering a Responses request: its SSE events or its Response object, and storing it.
 
-The generation is chat's (``respond`` admits it, primes it and watches the client exactly as for
+The generation is chat's (``http.answer.respond`` admits it, primes it and watches the client exactly as for
 chat); this module only encodes it (``openai.responses_encode.ResponseEncoder``) and keeps it
 (``store``). A response is stored once the client has its id, and before the event or body that
 ends it goes out, so a client that continues the conversation at once finds it:
@@ -34,7 +34,7 @@ logger = logging.getLogger(__name__)
 
 
 class ResponsesAnswer:
-    """The ``http.respond.Answer`` of ``POST /v1/responses``."""
+    """The ``http.answer.Answer`` of ``POST /v1/responses``."""
 
     __slots__ = ("plan", "store")
 

@@ -60,9 +60,9 @@ class Frames(Protocol):
 class SSEResponse(Response):
     """A streaming ``text/event-stream`` response for frames that are already SSE-encoded.
 
-    The request's ``ClientWatch`` (``http.respond``'s, else one of its own) cancels the stream
-    the moment the client disconnects (closing the frames then cancels the Triton call); a timer
-    sends a ``: ping`` comment whenever nothing was written for ``ping_interval`` seconds.
+    The request's ``ClientWatch`` (``http.answer.respond``'s, else one of its own) cancels the
+    stream the moment the client disconnects (closing the frames then cancels the Triton call); a
+    timer sends a ``: ping`` comment whenever nothing was written for ``ping_interval`` seconds.
     The frames are written with one ``send`` each and nothing else per frame: no task group, no
     cancel scope, no re-encoding. That ``send`` is the one the middlewares handed down, so one
     that wraps it (compression, tracing) sees every frame. Idle streams cost memory, so the
@@ -91,7 +91,7 @@ class SSEResponse(Response):
         self.background = None
         self.raw_headers = raw_headers
         self.watch = watch
-        """The request's watch, when ``http.respond`` started one (else the response starts one)."""
+        """The request's watch, when ``http.answer.respond`` started one (else the response starts one)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         loop = asyncio.get_running_loop()

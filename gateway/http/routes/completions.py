@@ -6,8 +6,8 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
+from gateway.http.answer import respond
 from gateway.http.deps import ComponentsDep, request_context
-from gateway.http.respond import respond
 from gateway.http.routes import log_unknown_fields
 from gateway.plan.prepare import prepare_completion
 from gateway.plan.requests import CompletionRequest

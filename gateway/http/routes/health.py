@@ -6,7 +6,7 @@ from fastapi import APIRouter
 
 from gateway.errors import BackendUnavailableError, GatewayError, ShuttingDownError
 from gateway.http.deps import BackendDep, CatalogDep, ServiceDep
-from gateway.http.responses import JSONBytesResponse
+from gateway.http.json_response import JSONBytesResponse
 
 router = APIRouter()
 

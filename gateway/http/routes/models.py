@@ -9,7 +9,7 @@ from fastapi import APIRouter
 from gateway.config import Settings
 from gateway.errors import ModelNotFoundError
 from gateway.http.deps import CatalogDep, SettingsDep
-from gateway.http.responses import JSONBytesResponse
+from gateway.http.json_response import JSONBytesResponse
 from gateway.models.catalog import ModelCatalog, ServedModel
 from gateway.models.resolve import list_model_ids
 

@@ -8,9 +8,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.errors import InvalidRequestError, ResponseNotFoundError
+from gateway.http.answer import respond
 from gateway.http.deps import ComponentsDep, request_context
-from gateway.http.respond import respond
-from gateway.http.responses import JSONBytesResponse
+from gateway.http.json_response import JSONBytesResponse
 from gateway.http.responses_answer import ResponsesAnswer
 from gateway.http.routes import log_unknown_fields
 from gateway.http.security import request_owner

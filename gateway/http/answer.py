@@ -24,8 +24,8 @@ from gateway.core.service import CompletionService
 from gateway.errors import GatewayError
 from gateway.http.disconnect import ClientWatch
 from gateway.http.errors import ClientDisconnected
+from gateway.http.json_response import JSONBytesResponse
 from gateway.http.rejections import mark_counted_by_outcome
-from gateway.http.responses import JSONBytesResponse
 from gateway.http.sse import Frames, sse_response
 from gateway.http.streaming import First, FirstStep, StreamFrames
 from gateway.openai.encode import CompletionBuilder
