@@ -1,8 +1,8 @@
 """Answering a planned request: admit, generate, then SSE frames or one JSON object.
 
 Every generating endpoint goes through ``respond``: chat and legacy completions with their chunks
-(``CompletionAnswer``), the Responses API with its events (``http.responses_answer``); only the
-``Answer``, the encoding of the same generation, differs. The client leaving cancels every phase
+(``http.completion_answer``), the Responses API with its events (``http.responses_answer``); only
+the ``Answer``, the encoding of the same generation, differs. The client leaving cancels every phase
 (the queue, the wait for the first response, a non-streaming generation), and the request's
 outcome is finished whatever happens: by the generation itself in the usual cases, and here for
 anything that ends the request before or around it.
@@ -22,40 +22,25 @@ from gateway.core.generate import Generation
 from gateway.core.generation_plan import GenerationPlan
 from gateway.core.service import CompletionService
 from gateway.errors import GatewayError
+from gateway.http.completion_answer import CompletionAnswer
 from gateway.http.disconnect import ClientWatch
 from gateway.http.errors import ClientDisconnected
 from gateway.http.json_response import JSONBytesResponse
 from gateway.http.rejections import mark_counted_by_outcome
-from gateway.http.sse import Frames, sse_response
-from gateway.http.streaming import First, FirstStep, StreamFrames
-from gateway.openai.encode import CompletionBuilder
+from gateway.http.sse import sse_response
+from gateway.http.streaming import FirstStep, StreamEncoding, StreamFrames
 
 
 class Answer(Protocol):
-    """How an admitted generation is answered: SSE frames, or one JSON object."""
+    """How an admitted generation is answered: its stream's encoding, or one JSON object."""
 
-    def frames(self, generation: Generation, first: First) -> Frames:
-        """The stream's frames, from the primed first step on (they close the generation)."""
+    def encoding(self, generation: Generation) -> StreamEncoding:
+        """What the stream's frames say (``http.streaming.StreamFrames`` decides when)."""
         ...
 
     async def complete(self, generation: Generation) -> dict[str, Any]:
         """The whole generation as one object (closing the generation, whatever happens)."""
         ...
-
-
-class CompletionAnswer:
-    """Chat and legacy completions: ``chat.completion(.chunk)`` or ``text_completion`` objects."""
-
-    __slots__ = ("plan",)
-
-    def __init__(self, plan: GenerationPlan) -> None:
-        self.plan = plan
-
-    def frames(self, generation: Generation, first: First) -> Frames:
-        return StreamFrames(self.plan, generation, first)
-
-    async def complete(self, generation: Generation) -> dict[str, Any]:
-        return await complete(self.plan, generation)
 
 
 async def respond(
@@ -88,9 +73,8 @@ async def respond(
             step = FirstStep(generation)
             watch = watch or ClientWatch(request.receive)
             first = await step.wait(settings.first_response_wait)
-            frames = answer.frames(generation, first)
             response: Response = sse_response(
-                frames,
+                StreamFrames(answer.encoding(generation), generation, first),
                 ping_interval=settings.sse_ping_interval,
                 coalesce_interval=settings.stream_coalesce_interval,
                 watch=watch,
@@ -136,21 +120,3 @@ def placement_headers(plan: GenerationPlan) -> dict[str, str] | None:
     if placement is None or placement.replica is None:
         return None
     return {REPLICA_HEADER: placement.replica, ROUTE_HEADER: placement.route or ""}
-
-
-async def complete(plan: GenerationPlan, generation: Generation) -> dict[str, Any]:
-    """Every step of the generation collected into one response object."""
-    builder = CompletionBuilder(
-        chat=plan.chat,
-        completion_id=plan.completion_id,
-        created=plan.created,
-        model=plan.model_id,
-        choices=plan.choices,
-        logprobs=plan.logprobs is not None,
-    )
-    try:
-        async for events in generation:
-            builder.add(events)
-    finally:
-        await generation.aclose()
-    return builder.build(generation.finish_reasons, generation.usage)

@@ -1,9 +1,10 @@
 """Answering a Responses request: its SSE events or its Response object, and storing it.
 
-The generation is chat's (``http.answer.respond`` admits it, primes it and watches the client exactly as for
-chat); this module only encodes it (``openai.responses_encode.ResponseEncoder``) and keeps it
-(``store``). A response is stored once the client has its id, and before the event or body that
-ends it goes out, so a client that continues the conversation at once finds it:
+The generation is chat's (``http.answer.respond`` admits it, primes it and watches the client
+exactly as for chat, and ``http.streaming.StreamFrames`` frames it); this module only encodes it
+(``openai.responses_encode.ResponseEncoder``) and keeps it (``store``). A response is stored once
+the client has its id, and before the event or body that ends it goes out, so a client that
+continues the conversation at once finds it:
 
 - completed, or incomplete at the token cap: the final object;
 - failed mid-stream (the backend's error, after ``response.created``): the failed object, whose
@@ -18,14 +19,12 @@ succeeded, only its continuation is lost.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
 from gateway.core.generate import Generation
 from gateway.errors import GatewayError, error_body
 from gateway.http.sse import event_framing
-from gateway.http.streaming import First
 from gateway.openai.responses_encode import ResponseEncoder
 from gateway.plan.responses import ResponsesPlan
 from gateway.store.base import ResponseStore, StoredResponse
@@ -42,8 +41,8 @@ class ResponsesAnswer:
         self.plan = plan
         self.store = store if plan.store else None
 
-    def frames(self, generation: Generation, first: First) -> ResponseFrames:
-        return ResponseFrames(self, generation, first)
+    def encoding(self, generation: Generation) -> ResponsesEncoding:
+        return ResponsesEncoding(self, generation)
 
     async def complete(self, generation: Generation) -> dict[str, Any]:
         encoder = ResponseEncoder(self.plan.head, event_framing)
@@ -75,78 +74,35 @@ class ResponsesAnswer:
             logger.warning("could not store response %s", plan.response_id, exc_info=True)
 
 
-class ResponseFrames:
-    """The SSE events of one streamed response, one ``__anext__`` per generation step (see
-    ``http.streaming.StreamFrames``, chat's counterpart, for the priming and closing rules)."""
+class ResponsesEncoding:
+    """A streamed response's events (its ``http.streaming.StreamEncoding``); the Response object
+    is stored before the event that ends the stream goes out."""
 
-    __slots__ = ("_answer", "_generation", "_first", "_pending", "_encoder", "_opened", "_ended")
+    __slots__ = ("_answer", "_generation", "_encoder", "step")
 
-    def __init__(self, answer: ResponsesAnswer, generation: Generation, first: First) -> None:
+    opens_early = True
+    """``response.created`` goes out at once: the client has the id even while a long prefill runs."""
+
+    def __init__(self, answer: ResponsesAnswer, generation: Generation) -> None:
         self._answer = answer
         self._generation = generation
-        self._first: First | None = first
-        self._pending: asyncio.Task[Any] | None = None
-        """The first step, still running when the opening events went out."""
         self._encoder = ResponseEncoder(answer.plan.head, event_framing)
-        self._opened = False
-        """Whether ``response.created`` went out: from then on the client has the id."""
-        self._ended = False
+        self.step = self._encoder.events
+        """The per-token call, straight to the encoder."""
 
-    def __aiter__(self) -> ResponseFrames:
-        return self
+    def opening(self) -> bytes:
+        return self._encoder.opening()
 
-    @property
-    def ended(self) -> bool:
-        return self._ended
-
-    async def __anext__(self) -> bytes:
-        if self._ended:
-            raise StopAsyncIteration
-        encoder, generation = self._encoder, self._generation
-        first = self._first
-        if first is not None:
-            # The opening goes out at once, so the client has the id even while the first token
-            # is still coming (a long prefill): then the first step is the next frame.
-            self._first = None
-            self._opened = True
-            if isinstance(first, list):
-                return encoder.opening() + encoder.events(first)
-            self._pending = first
-            return encoder.opening()
-        try:
-            while True:
-                pending = self._pending
-                if pending is not None:
-                    self._pending = None
-                    events = await pending
-                else:
-                    events = await generation.__anext__()
-                frames = encoder.events(events)
-                if frames:
-                    return frames
-        except StopAsyncIteration:
-            self._ended = True
-            frames, response = encoder.closing(generation.finish_reasons[0], generation.usage)
-        except GatewayError as exc:
-            self._ended = True
-            logger.warning("response failed mid-stream: %s", exc.message)
-            frames, response = encoder.failed(error_body(exc)["error"], generation.usage)
-        except Exception:  # a bug below must still end the stream with an event, never cut it off
-            self._ended = True
-            logger.exception("response failed mid-stream with an unexpected error")
-            error = GatewayError("The server had an error while processing your request.")
-            frames, response = encoder.failed(error_body(error)["error"], generation.usage)
+    async def closing(self) -> bytes:
+        generation = self._generation
+        frames, response = self._encoder.closing(generation.finish_reasons[0], generation.usage)
         await self._answer.save(response)
         return frames
 
-    async def aclose(self) -> None:
-        for task in (self._first, self._pending):
-            if isinstance(task, asyncio.Task):
-                # The task is inside the generation's step: let its cancellation unwind there first.
-                task.cancel()
-                await asyncio.wait({task})
-        self._first = self._pending = None
-        await self._generation.aclose()
-        if self._opened and not self._ended:  # the client left mid-stream: keep what it got
-            self._ended = True
-            await self._answer.save(self._encoder.cut_off(self._generation.usage))
+    async def failure(self, error: GatewayError) -> bytes:
+        frames, response = self._encoder.failed(error_body(error)["error"], self._generation.usage)
+        await self._answer.save(response)
+        return frames
+
+    async def cut_off(self) -> None:
+        await self._answer.save(self._encoder.cut_off(self._generation.usage))

@@ -1,26 +1,26 @@
-"""A streaming request's SSE frames: priming for early errors, then one frame batch per step.
+"""A streaming request's SSE frames: priming for early errors, then one frame per step.
 
 Priming (``FirstStep``) waits up to ``first_response_wait`` for the generation's first step before
 any header is sent: an error that early (Triton down, a model refusing the request) then raises
 and gets a real status code instead of a 200 stream with an error event, while a slow first token
-(a long prefill) does not hold the headers back longer than that, so pings start flowing. ``StreamFrames`` then
-turns each step of the generation into SSE bytes: the chat role chunks, the content chunks, the
-``include_usage`` chunk and ``[DONE]``, or, after an error, one error event and nothing more.
+(a long prefill) does not hold the headers back longer than that, so pings start flowing.
+
+``StreamFrames`` then turns the generation's steps into frames, by one set of rules for every
+stream: the opening, one frame per step that says something, the closing in the frame of the
+step that ends the generation, and after an error one error frame and nothing more. What the
+frames say is a ``StreamEncoding``'s: chat and legacy completions' chunks
+(``http.completion_answer``) or the Responses API's events (``http.responses_answer``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Protocol
 
-from gateway.core.assemble import ChoiceEvent, Usage
+from gateway.core.assemble import ChoiceEvent
 from gateway.core.generate import Generation
-from gateway.core.generation_plan import GenerationPlan
 from gateway.errors import GatewayError
-from gateway.http.errors import error_event
-from gateway.http.sse import DATA_FRAMING, DONE_FRAME
-from gateway.openai.encode import ChunkEncoder
-from gateway.openai.usage import ContinuousUsage
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +73,32 @@ class FirstStep:
         return task.result() if task.done() else task
 
 
+class StreamEncoding(Protocol):
+    """What one stream's frames say; ``StreamFrames`` decides when each part goes out."""
+
+    opens_early: bool
+    """Whether the opening goes out before the first step (the Responses API: the client has the
+    response's id while a long prefill runs) rather than with it."""
+
+    def opening(self) -> bytes: ...
+
+    def step(self, events: list[ChoiceEvent]) -> bytes:
+        """One step's bytes; b"" when the step says nothing a client sees (no frame then)."""
+        ...
+
+    async def closing(self) -> bytes:
+        """The stream's last bytes, once every choice has ended."""
+        ...
+
+    async def failure(self, error: GatewayError) -> bytes:
+        """The stream's last bytes after an error."""
+        ...
+
+    async def cut_off(self) -> None:
+        """The client left after the opening and before the end."""
+        ...
+
+
 class StreamFrames:
     """The SSE bytes of one stream, one ``__anext__`` per generation step.
 
@@ -80,23 +106,14 @@ class StreamFrames:
     stream passes through it; ``aclose`` closes the generation (cancelling Triton's work if it is
     still going)."""
 
-    __slots__ = ("_generation", "_first", "_encoder", "_choices", "_usage", "_include_usage", "_ended")
+    __slots__ = ("_encoding", "_generation", "_first", "_pending", "_ended")
 
-    def __init__(self, plan: GenerationPlan, generation: Generation, first: First) -> None:
+    def __init__(self, encoding: StreamEncoding, generation: Generation, first: First) -> None:
+        self._encoding = encoding
         self._generation = generation
         self._first: First | None = first
-        self._encoder = ChunkEncoder(
-            chat=plan.chat,
-            completion_id=plan.completion_id,
-            created=plan.created,
-            model=plan.model_id,
-            framing=DATA_FRAMING,
-            include_usage=plan.include_usage,
-            continuous_usage=plan.continuous_usage,
-        )
-        self._choices = plan.choices
-        self._usage = ContinuousUsage(plan.choices) if plan.continuous_usage else None
-        self._include_usage = plan.include_usage
+        self._pending: asyncio.Task[list[ChoiceEvent]] | None = None
+        """The first step, still running when an early opening went out."""
         self._ended = False
 
     def __aiter__(self) -> StreamFrames:
@@ -109,67 +126,55 @@ class StreamFrames:
     async def __anext__(self) -> bytes:
         if self._ended:
             raise StopAsyncIteration
-        generation = self._generation
+        encoding, generation = self._encoding, self._generation
         out = b""
         try:
             first = self._first
             if first is None:
-                out = self._chunks(await generation.__anext__())
+                pending = self._pending
+                if pending is None:
+                    out = encoding.step(await generation.__anext__())
+                else:
+                    self._pending = None
+                    out = encoding.step(await pending)
             else:
                 self._first = None
                 if not isinstance(first, list):
+                    if encoding.opens_early:
+                        self._pending = first
+                        return encoding.opening()
                     first = await first
-                out = self._opening(first)
-            if not generation.done:
-                return out
-            # Every choice has ended: the closing goes out with this step's chunks, in one write.
+                out = encoding.opening() + encoding.step(first)
+            while not generation.done:
+                if out:
+                    return out
+                out = encoding.step(await generation.__anext__())
+            # Every choice has ended: the closing goes out with this step's bytes, in one write.
             # A finished generation's next step reads nothing: it closes it and stops.
             await generation.__anext__()
             raise StopAsyncIteration  # never reached: a finished generation yields no step
         except StopAsyncIteration:
             self._ended = True
-            closing = DONE_FRAME
-            if self._include_usage:
-                closing = self._encoder.usage_chunk(generation.usage) + closing
-            return out + closing
+            return out + await encoding.closing()
         except GatewayError as exc:
             self._ended = True
             logger.warning("request failed mid-stream: %s", exc.message)
-            return out + error_event(exc)
+            return out + await encoding.failure(exc)
         except Exception:  # a bug below must still end the body with an event, never cut it off
             self._ended = True
             logger.exception("request failed mid-stream with an unexpected error")
-            return out + error_event(GatewayError("The server had an error while processing your request."))
-
-    def _chunks(self, events: list[ChoiceEvent]) -> bytes:
-        if self._usage is None:
-            return self._encoder.events(events, None)
-        return self._continuous_events(events, self._usage)
-
-    def _opening(self, events: list[ChoiceEvent]) -> bytes:
-        """The chat role chunks, then the first step's. With continuous usage the role chunks count
-        no completion token: they are sent before any."""
-        encoder, running = self._encoder, self._usage
-        if running is None:
-            return encoder.role_chunks(self._choices) + encoder.events(events, None)
-        before = Usage(self._generation.usage.prompt_tokens, 0)
-        return encoder.role_chunks(self._choices, before) + self._continuous_events(events, running)
-
-    def _continuous_events(self, events: list[ChoiceEvent], running: ContinuousUsage) -> bytes:
-        """One chunk per event, each with its own usage (see ``openai.usage``)."""
-        generation = self._generation
-        usages = running.per_event(
-            events, generation.usage.prompt_tokens, generation.assembler.choice_completion_tokens
-        )
-        encode = self._encoder.events
-        return b"".join([encode((event,), usage) for event, usage in zip(events, usages, strict=True)])
+            return out + await encoding.failure(GatewayError("The server had an error while processing your request."))
 
     async def aclose(self) -> None:
-        first = self._first
-        self._first = None
-        if isinstance(first, asyncio.Task):
-            # The task is inside the generation's step: let its cancellation unwind there first
-            # (closing a generation mid-step would close the backend's iterator while it runs).
-            first.cancel()
-            await asyncio.wait({first})
+        opened = self._first is None
+        for task in (self._first, self._pending):
+            if isinstance(task, asyncio.Task):
+                # The task is inside the generation's step: let its cancellation unwind there first
+                # (closing a generation mid-step would close the backend's iterator while it runs).
+                task.cancel()
+                await asyncio.wait({task})
+        self._first = self._pending = None
         await self._generation.aclose()
+        if opened and not self._ended:
+            self._ended = True
+            await self._encoding.cut_off()

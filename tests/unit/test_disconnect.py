@@ -4,6 +4,7 @@ stream) ends the backend's work, through the request's one ``http.disconnect.Cli
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from gateway.app import create_app
 from gateway.config import Settings
 from tests.fakes import ScriptedBackend, text_chunks
 from tests.unit.test_app import asgi_call, body_message, make_repo
+from tests.unit.test_responses_edge import make_repo as responses_repo
 
 pytestmark = pytest.mark.anyio
 
@@ -72,3 +74,24 @@ async def test_leaving_the_queue_frees_its_place_and_the_running_request_ends_we
         assert app.state.components.service.admission.gate("m").waiting == 0
         assert (await asyncio.wait_for(running, 2.0))[0] == 200
         assert len(backend.requests) == 1  # the one that left never reached the backend
+
+
+@pytest.mark.parametrize(
+    ("delay", "wait", "text"),
+    [(0.1, 5.0, "ab"), (0.5, 0.05, None)],
+    ids=["after-two-tokens", "while-the-first-step-is-pending"],
+)
+async def test_a_responses_stream_whose_client_left_is_stored_as_far_as_it_got(
+    tmp_path: Path, delay: float, wait: float, text: str | None
+) -> None:
+    backend = ScriptedBackend(text_chunks(b"a", b"b", b"c", b"d"), delay=delay)
+    app = create_app(Settings(model_repository=[responses_repo(tmp_path)], first_response_wait=wait), backend=backend)
+    request = [body_message({"model": "m", "input": "hi", "stream": True})]
+    async with app.router.lifespan_context(app):
+        status, sent = await asyncio.wait_for(asgi_call(app, "/v1/responses", request, 0.25), 2.0)
+        created = json.loads(sent[1]["body"].split(b"\n")[1][len(b"data: ") :])
+        stored = await app.state.components.store.get(created["response"]["id"], "")
+    assert status == 200 and backend.closed_early == 1
+    response = stored.response
+    assert response["status"] == "incomplete" and response["incomplete_details"] == {"reason": "client_disconnected"}
+    assert [part["text"] for item in response["output"] for part in item["content"]] == ([text] if text else [])

@@ -15,7 +15,8 @@ from gateway.core.generate import Generation
 from gateway.core.generation_plan import GenerationPlan
 from gateway.core.outcome import RequestOutcome
 from gateway.errors import BackendError, BackendUnavailableError
-from gateway.http.streaming import FirstStep, StreamFrames
+from gateway.http.completion_answer import ChunkEncoding
+from gateway.http.streaming import First, FirstStep, StreamFrames
 from gateway.metrics import Metrics
 from tests.fakes import ScriptedBackend, text_chunks
 from tests.plans import make_plan
@@ -38,11 +39,15 @@ def start(backend: ScriptedBackend, plan: GenerationPlan) -> tuple[Generation, R
     return Generation(plan, backend, ticket, outcome), outcome  # type: ignore[arg-type]
 
 
+def chunk_frames(plan: GenerationPlan, generation: Generation, first: First) -> StreamFrames:
+    return StreamFrames(ChunkEncoding(plan, generation), generation, first)
+
+
 async def stream_bytes(
     backend: ScriptedBackend, plan: GenerationPlan, wait: float = 1.0
 ) -> tuple[bytes, RequestOutcome]:
     generation, outcome = start(backend, plan)
-    frames = StreamFrames(plan, generation, await FirstStep(generation).wait(wait))
+    frames = chunk_frames(plan, generation, await FirstStep(generation).wait(wait))
     try:
         body = b"".join([frame async for frame in frames])
     finally:
@@ -104,7 +109,7 @@ async def test_a_slow_first_step_does_not_hold_priming_back() -> None:
     generation, outcome = start(backend, make_plan())
     first = await asyncio.wait_for(FirstStep(generation).wait(0.05), 0.2)
     assert isinstance(first, asyncio.Task)
-    frames = StreamFrames(make_plan(), generation, first)
+    frames = chunk_frames(make_plan(), generation, first)
     body = b"".join([frame async for frame in frames])
     assert b'"content":"late"' in body and body.endswith(b"data: [DONE]\n\n")
     assert outcome.record.status == 200
@@ -115,7 +120,7 @@ async def test_closing_while_the_first_step_is_pending_cancels_it_and_the_backen
     generation, outcome = start(backend, make_plan())
     first = await FirstStep(generation).wait(0.05)
     assert isinstance(first, asyncio.Task)
-    await asyncio.wait_for(StreamFrames(make_plan(), generation, first).aclose(), 1.0)
+    await asyncio.wait_for(chunk_frames(make_plan(), generation, first).aclose(), 1.0)
     assert first.cancelled() and backend.closed_early == 1
     assert outcome.record.status == 499 and outcome.record.cancel_reason == "client_disconnect"
 
@@ -165,7 +170,7 @@ async def test_continuous_usage_is_exact_on_every_chunk_from_the_role_chunk_on(b
 async def test_the_step_that_ends_every_choice_carries_the_closing_in_the_same_frame() -> None:
     plan = make_plan(include_usage=True)
     generation, outcome = start(ScriptedBackend(text_chunks(b"he", b"llo", reason="length", prompt_tokens=3)), plan)
-    frames = StreamFrames(plan, generation, await FirstStep(generation).wait(1.0))
+    frames = chunk_frames(plan, generation, await FirstStep(generation).wait(1.0))
     try:
         steps = [frame async for frame in frames]
     finally:
