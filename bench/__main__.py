@@ -1,0 +1,114 @@
+"""``python -m bench <subcommand>``: one command for every benchmark of the gateway.
+
+Subcommands (each starts its own tritonserver and gateways, and stops them whatever happens):
+
+* ``load``: the scenarios (``bench/scenarios.py``) against the floor and every variant.
+* ``prompts``: added TTFT by prompt size, and a paced stream while large prompts arrive.
+* ``soak``: many streams for a bounded time, every stream checked, memory before and after.
+* ``micro``: the app's per-token CPU in one process, and the tool-call parsers' cost per feed.
+
+``--variant NAME=TREE_PATH[:ENV=VAL,...]`` (repeatable) names the gateways to compare; the
+default is the repository itself, ``this``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from bench.report import Report
+from bench.scenarios import SCENARIOS, scenario
+from bench.stack import THIS, Variant, exit_on_signals, log
+
+
+def ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(
+        prog="python -m bench", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    commands = top.add_subparsers(dest="command", required=True)
+
+    def command(name: str, text: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(
+            name, help=text, description=text, formatter_class=argparse.ArgumentDefaultsHelpFormatter
+        )
+        sub.add_argument(
+            "--variant",
+            action="append",
+            type=Variant.parse,
+            default=[],
+            metavar="NAME=TREE[:ENV=VAL,...]",
+            help="a gateway to measure: that tree's package with that environment (repeatable; default this=<repo>)",
+        )
+        sub.add_argument("--repeat", type=int, default=1, help="rounds; each side's figures are medians over them")
+        sub.add_argument("--gateway-arg", action="append", default=[], help="an extra flag for every gateway")
+        return sub
+
+    names = ", ".join(s.name for s in SCENARIOS)
+    load = command("load", "the scenarios against the floor and every variant, alternated in one run")
+    load.add_argument("--scenario", default="chat", help=f"comma-separated, of: {names}")
+    load.add_argument("--concurrency", type=ints, default=None, help="levels, e.g. 1,16,64 (default: the scenario's)")
+    load.add_argument("--duration", type=float, default=8.0, help="measured seconds per run")
+    load.add_argument("--warmup", type=float, default=2.0, help="seconds of load before the window opens")
+
+    prompts = command("prompts", "added TTFT by prompt size, and a paced stream's gaps while large prompts arrive")
+    prompts.add_argument("--sections", default="sweep,stall", help="sweep, stall or both")
+    prompts.add_argument("--sizes", default="100,10000,100000", help="prompt sizes of the sweep, in bytes")
+    prompts.add_argument("--tokens", type=int, default=16, help="tokens per request in the sweep")
+    prompts.add_argument("--duration", type=float, default=5.0, help="measured seconds per run")
+    prompts.add_argument("--warmup", type=float, default=1.0, help="seconds of load before the window opens")
+
+    soak = command("soak", "many concurrent streams for a bounded time, every stream checked")
+    soak.add_argument("--streams", type=int, default=500, help="concurrent streams")
+    soak.add_argument("--duration", type=float, default=60.0, help="seconds of load")
+    soak.add_argument("--tokens", type=int, default=64, help="tokens per stream")
+
+    micro = command("micro", "the app's per-token CPU in one process; the tool-call parsers' µs per feed")
+    micro.add_argument("--tokens", type=int, default=200, help="tokens per request")
+    micro.add_argument("--requests", type=int, default=30, help="requests per process (and as many of 1 token)")
+    micro.add_argument("--prompt-bytes", type=int, default=10_000, help="prompt size")
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    variants: list[Variant] = args.variant or [THIS]
+    if len({v.name for v in variants}) != len(variants) or "floor" in {v.name for v in variants}:
+        raise SystemExit("variant names must be distinct, and not 'floor'")
+    exit_on_signals()
+    report = Report(args.command, variants)
+    try:
+        status = run(args, variants, report)
+    except KeyboardInterrupt:
+        log("interrupted: every process this run started is stopped")
+        return 130
+    report.write()
+    return status
+
+
+def run(args: argparse.Namespace, variants: list[Variant], report: Report) -> int:
+    status = 0
+    if args.command == "load":
+        from bench import load
+
+        load.run(args, variants, [scenario(name.strip()) for name in args.scenario.split(",")], report)
+    elif args.command == "prompts":
+        from bench import prompts
+
+        prompts.run(args, variants, report)
+    elif args.command == "soak":
+        from bench import soak
+
+        status = soak.run(args, variants, report)
+    else:
+        from bench import micro
+
+        micro.run(args, variants, report)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""``micro``'s measuring process: one tree's app, in process, on a real Triton.
+
+Run as a script with the tree on ``PYTHONPATH`` (``micro`` does it), so ``import gateway`` is that
+tree's. It uses public entry points only (``Settings``, ``create_app``, the ASGI app and its
+lifespan, ``gateway.tools.make_parser``), so it measures any tree that has them.
+
+Streamed chat requests go one at a time through the ASGI app: Triton's HTTP/2 bytes in, SSE
+frames out, with no HTTP server, client socket or client process in the way. The figure is the
+event loop thread's CPU (``time.thread_time``) per token: requests of N tokens less requests of
+one token, over N - 1. Every token is a wake-up, as at c = 1. Prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+
+async def one_request(app: Any, body: bytes) -> tuple[float, bytes]:
+    """Thread CPU seconds of one streamed request through the ASGI app, and its body."""
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/chat/completions",
+        "raw_path": b"/v1/chat/completions",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 8000),
+        "state": {},
+    }
+    finished = asyncio.Event()
+    sent = False
+    out: list[bytes] = []
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await finished.wait()  # the client stays until the answer ends
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            out.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                finished.set()
+
+    started = time.thread_time()
+    await app(scope, receive, send)
+    return time.thread_time() - started, b"".join(out)
+
+
+async def per_token(app: Any, model: str, prompt: str, tokens: int, requests: int) -> dict[str, Any]:
+    def body(n: int) -> bytes:
+        messages = [{"role": "user", "content": prompt}]
+        return json.dumps({"model": model, "messages": messages, "max_tokens": n, "stream": True}).encode()
+
+    long_body, short_body = body(tokens), body(1)
+    for _ in range(3):  # first-use costs
+        await one_request(app, long_body)
+    long, short = [], []
+    for _ in range(requests):
+        cpu, text = await one_request(app, long_body)
+        if text.count(b"tok ") != tokens or not text.endswith(b"data: [DONE]\n\n"):
+            raise RuntimeError(f"unexpected stream: {text[-300:]!r}")
+        long.append(cpu)
+        short.append((await one_request(app, short_body))[0])
+    return {
+        "us_per_token": (statistics.median(long) - statistics.median(short)) / (tokens - 1) * 1e6,
+        "us_per_request": statistics.median(short) * 1e6,
+    }
+
+
+def tool_parsers(rounds: int = 5, repeat: int = 100) -> dict[str, float]:
+    """µs per ``feed`` of 4-character pieces of plain prose, per parser: what a request that
+    offers tools pays per token when the model answers in text."""
+    try:
+        from gateway.tools import PARSERS, make_parser
+    except ImportError:
+        return {}
+    prose = "The weather in Paris is mild today, with a light breeze from the west. " * 8
+    pieces = [prose[i : i + 4] for i in range(0, len(prose), 4)]
+    out = {}
+    for name in PARSERS:
+        best = float("inf")
+        for _ in range(rounds):
+            elapsed = 0
+            for _ in range(repeat):
+                feed = make_parser(name, frozenset({"get_weather"})).feed
+                start = time.perf_counter_ns()
+                for piece in pieces:
+                    feed(piece)
+                elapsed += time.perf_counter_ns() - start
+            best = min(best, elapsed / (repeat * len(pieces)) / 1000)
+        out[name] = best
+    return out
+
+
+async def measure(spec: dict[str, Any]) -> dict[str, Any]:
+    import gateway
+    from gateway.app import create_app
+    from gateway.config import Settings
+
+    settings = Settings(triton_url=spec["triton_url"], model_repository=[Path(p) for p in spec["repositories"]])
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        result = await per_token(app, "firehose", spec["prompt"], spec["tokens"], spec["requests"])
+    return {"package": gateway.__file__, **result, "tool_parsers_us_per_feed": tool_parsers()}
+
+
+def main() -> None:
+    import uvloop
+
+    spec = json.loads(sys.argv[1])
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        result = runner.run(measure(spec))
+    sys.stdout.write(json.dumps(result) + "\n")
+
+
+if __name__ == "__main__":
+    main()
