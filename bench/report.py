@@ -51,8 +51,8 @@ def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
         values = [v for v in (number(r.get(key)) for r in runs) if v is not None]
         if key in ("errors", "unfinished"):
             merged[key] = int(sum(values))
-        elif number(runs[0][key]) is not None:
-            merged[key] = statistics.median(values) if values else None
+        elif values:  # a figure some run lacks (no TTFT in its window) is the others' median
+            merged[key] = statistics.median(values)
     merged["error_samples"] = [s for r in runs for s in r.get("error_samples", [])][:5]
     return merged
 
