@@ -12,7 +12,7 @@
 # vLLM backend against vLLM's own server, docs/VLLM_LANE.md; without the backend beside the clone
 # it is skipped, unless GATEWAY_REQUIRE_PEERS=1): its venv installs in the background while the
 # main suite runs, and the lane runs beside the aio run; and the chart and image tests
-# (tests/deploy), then the unit and store tests, run beside the h2 integration tests; the tests
+# (tests/deploy), then the unit, reference-model and store tests, run beside the h2 integration tests; the tests
 # that start Tritons of their own (SECOND_PHASE_TESTS: three replicas, two workers, the embedded
 # lifecycle) run on h2 after the aio run, still beside the lane. With arguments everything runs one
 # after the other and the lane is left out (run scripts/vllm-lane.sh for it).
@@ -63,14 +63,14 @@ SECOND_PHASE_TESTS=(
 )
 if [ "$#" -eq 0 ]; then
     # The integration tests leave about one core of the two idle (they wait on Tritons and
-    # gateways), so the chart and image tests (helm's renderer, a pip install), then the unit and
-    # store tests, run beside them, one after the other: they share nothing with them but the
-    # machine, and the suite passes on a loaded machine.
+    # gateways), so the chart and image tests (helm's renderer, a pip install), then the unit,
+    # reference-model and store tests, run beside them, one after the other: they share nothing
+    # with them but the machine, and the suite passes on a loaded machine.
     beside_status=0
     (
         status=0
         GATEWAY_TRITON_TRANSPORT=h2 .venv/bin/python -m pytest tests/deploy -p no:cacheprovider || status=$?
-        GATEWAY_TRITON_TRANSPORT=h2 .venv/bin/python -m pytest tests/unit tests/store -p no:cacheprovider || status=$?
+        GATEWAY_TRITON_TRANSPORT=h2 .venv/bin/python -m pytest tests/unit tests/reference_model tests/store -p no:cacheprovider || status=$?
         exit "$status"
     ) > .test-beside.out 2>&1 &
     beside_pid=$!
