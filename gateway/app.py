@@ -27,6 +27,7 @@ from gateway.core.service import CompletionService
 from gateway.errors import GatewayError
 from gateway.http.answer import REPLICA_HEADER, ROUTE_HEADER
 from gateway.http.deps import Components
+from gateway.http.direct import DirectRoutes
 from gateway.http.errors import install_error_handlers
 from gateway.http.head import HeadAsGetMiddleware
 from gateway.http.rejections import RejectionCountMiddleware
@@ -115,7 +116,8 @@ def create_app(settings: Settings, backend: Backend | None = None) -> FastAPI:
                 await store.close()
 
     app = FastAPI(title="triton-openai-gateway", version="0.1.0", lifespan=lifespan)
-    app.state.components = Components(settings, the_backend, catalog, the_metrics, service, store)
+    components = Components(settings, the_backend, catalog, the_metrics, service, store)
+    app.state.components = components
     install_error_handlers(app)
     app.include_router(health.router)
     app.include_router(models.router)
@@ -125,7 +127,8 @@ def create_app(settings: Settings, backend: Backend | None = None) -> FastAPI:
     if settings.metrics_enabled:
         app.include_router(metrics.router)
     # Middleware runs outermost-last-added: request id → rejection count → HEAD as GET → CORS →
-    # auth → body limit → FastAPI's routes.
+    # auth → body limit → the generating routes (http.direct) → FastAPI.
+    app.add_middleware(DirectRoutes, components=components)
     app.add_middleware(BodySizeLimitMiddleware, limit=settings.max_body_bytes)
     keys = settings.load_api_keys()
     if keys:

@@ -4,7 +4,8 @@
 They are ``async def`` although none awaits: FastAPI runs a plain ``def`` dependency in its
 thread pool, a thread hop per dependency per request. Each dependency also costs FastAPI's
 solving (~10-15 µs a request), so the completion routes take the ``Components`` whole, their one
-dependency, rather than one per part.
+dependency, rather than one per part. (For the requests themselves ``http.direct`` calls them
+with the ``Components``, with no dependency solving at all.)
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ by ``install_error_handlers`` make sure no error leaves in FastAPI's ``{"detail"
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -57,14 +58,31 @@ def not_json(content_type: str | None) -> InvalidRequestError:
     )
 
 
+def invalid_json() -> InvalidRequestError:
+    """A body sent as JSON that does not parse."""
+    return InvalidRequestError("We could not parse the JSON body of your request.", code="invalid_json")
+
+
+def empty_body() -> InvalidRequestError:
+    """A JSON body that is empty."""
+    return InvalidRequestError("The request body is empty: it must be a JSON object.", code="invalid_json")
+
+
+def unreadable_body() -> InvalidRequestError:
+    """A body that could not be read or decoded at all (not UTF-8, nested beyond the parser's
+    depth, the client gone while sending it): FastAPI's own words for it."""
+    return InvalidRequestError("There was an error parsing the body")
+
+
 def describe_validation(errors: list[dict[str, Any]]) -> InvalidRequestError:
-    """FastAPI's validation errors → one 400 naming the first bad param, as OpenAI words it."""
+    """Validation errors (FastAPI's, or pydantic's of a body) → one 400 naming the first bad
+    param, as OpenAI words it."""
     first = errors[0] if errors else {}
     loc = [str(p) for p in first.get("loc", ()) if p != "body"]
     if first.get("type") == "json_invalid":
-        return InvalidRequestError("We could not parse the JSON body of your request.", code="invalid_json")
+        return invalid_json()
     if not loc and first.get("type") == "missing":
-        return InvalidRequestError("The request body is empty: it must be a JSON object.", code="invalid_json")
+        return empty_body()
     if not loc and first.get("type") in ("model_attributes_type", "dict_type"):
         return InvalidRequestError("The request body must be a JSON object.", code="invalid_type")
     param = ".".join(loc) or None
@@ -117,10 +135,29 @@ async def _unexpected_error(request: Request, exc: Exception) -> JSONBytesRespon
     return error_response(GatewayError("The server had an error while processing your request."))
 
 
+ErrorHandler = Callable[[Request, Exception], Awaitable[JSONBytesResponse]]
+
+_HANDLERS: dict[type[Exception], ErrorHandler] = {
+    GatewayError: _gateway_error,
+    RequestValidationError: _validation_error,
+    StarletteHTTPException: _http_error,
+    ClientDisconnected: _client_disconnected,
+}
+"""The errors answered where they are raised; anything else is a bug, answered 500 outermost."""
+
+
 def install_error_handlers(app: FastAPI) -> None:
-    """The errors answered where they are raised; anything else is a bug, answered 500 outermost."""
-    app.add_exception_handler(GatewayError, _gateway_error)
-    app.add_exception_handler(RequestValidationError, _validation_error)
-    app.add_exception_handler(StarletteHTTPException, _http_error)
-    app.add_exception_handler(ClientDisconnected, _client_disconnected)
+    for exc_class, handler in _HANDLERS.items():
+        app.add_exception_handler(exc_class, handler)
     app.add_exception_handler(Exception, _unexpected_error)
+
+
+def error_handler_for(exc: Exception) -> ErrorHandler | None:
+    """The handler ``install_error_handlers`` gave ``exc``'s class (its nearest registered base,
+    as Starlette looks it up), for ``http.direct``, which runs its routes outside Starlette's
+    exception middleware; None for the unexpected, left to the outermost 500."""
+    for cls in type(exc).__mro__:
+        handler = _HANDLERS.get(cls)
+        if handler is not None:
+            return handler
+    return None
