@@ -2,7 +2,7 @@
 
 A generation passes through two levels below the core (the replica pool, the Triton client) and
 every token passes through both. As async generators, each level cost every token's wake-up a
-frame to resume (~1,240 instructions, ``bench/await_levels.py``). What each level does happens
+frame to resume (~1,240 instructions, counted with callgrind). What each level does happens
 around the first batch (placing the generation, opening the call, one retry) and on closing, so
 after its first step a level hands out the next level's ``__anext__`` as it is, and a token's
 wake-up resumes no frame of its.

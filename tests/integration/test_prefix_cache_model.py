@@ -1,11 +1,11 @@
 """The test-only ``prefix_cache`` model (tests/triton_models/prefix_cache) inside a real tritonserver,
 over ``tritonclient`` gRPC: the vLLM-backend contract, and a prefix cache that finds what it
 should (same prompt, shared prefix, the previous turn with its answer), counts it in its metrics
-and names it, with the request id and session, in Triton's log. Replica-routing tests and
-bench/affinity.py rely on all three.
+and names it, with the request id and session, in Triton's log. Replica-routing tests rely on all
+three.
 
 One tritonserver serves the committed model and two copies with other ``parameters`` (small
-blocks and cache; a slow prefill), built the way bench/affinity.py builds its own.
+blocks and cache; a slow prefill).
 """
 
 from __future__ import annotations

@@ -300,7 +300,7 @@ ALL = ["hermes", "llama3_json", "mistral", "pythonic", "forced_required"]
 
 @pytest.mark.parametrize("parser", ALL)
 def test_plain_text_piece_comes_back_at_once_unchanged(parser: str) -> None:
-    """The per-token case; its cost is measured in bench/tool_parsers.py."""
+    """The per-token case; ``python -m bench micro`` measures its cost."""
     instance = make_parser(parser, NAMES)
     instance.feed("Hello")
     assert instance.feed("a token, of text. ") == ("a token, of text. ", [])

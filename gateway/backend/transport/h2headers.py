@@ -5,8 +5,8 @@ Every call on a connection sends the same seven headers (method, scheme, path, a
 content type, ``te``, user agent), and the client's HPACK encoder encodes nothing else. After the
 first call they are all in the dynamic table, and from then on every block is the same bytes:
 seven index references. hpack is pure Python (Huffman coding included), so encoding them again
-cost 20-60 µs of every request's path to Triton on this machine (``bench/request_path.py``'s
-profile; hpack's own encode timed at 29-62 µs). The cached block is reused only while it provably
+cost 20-60 µs of every request's path to Triton on this machine (profiled in one process;
+hpack's own encode timed at 29-62 µs). The cached block is reused only while it provably
 means the same thing: the same headers, and a dynamic table that no encode has changed since (a
 table-size change from the server's SETTINGS marks the table resized, and the next block is
 encoded in full, with the size update it must carry).
