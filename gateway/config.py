@@ -229,6 +229,11 @@ class Settings(BaseSettings):
     """``max_tokens`` when the request sets none and the model's context length or tokenizer is
     unknown (otherwise the default is all the room the context leaves after the prompt)."""
 
+    completions_default_max_tokens: int = Field(default=16, ge=0)
+    """``max_tokens`` of a legacy ``/v1/completions`` request that sets none: 16, OpenAI's and
+    vLLM's default there, which clients written against either expect. 0: as chat, all the room
+    the context leaves."""
+
     sse_ping_interval: float = Field(default=15.0, gt=0.0)
     """Seconds between SSE comment pings (``: ping``) that keep idle streams alive through proxies."""
 

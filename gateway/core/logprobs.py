@@ -3,6 +3,10 @@
 The vLLM-backend contract sends, per sequence and per new token, ``{token_id: {"logprob", "rank",
 "decoded_token"}}`` with the sampled token first (vLLM puts it first; it may also appear among the
 top-k, then once) and the top-k alternatives after it.
+
+Chat's ``top_logprobs`` are the top k. Legacy completions' also hold the sampled token ("the API
+will always return the logprob of the sampled token, so there may be up to logprobs+1 elements",
+OpenAI's reference; vLLM's server does the same), first, as vLLM orders them.
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ def completion_logprobs(entries: Sequence[Mapping[str, Any]] | None, top: int, t
         token = _token(sampled)
         tokens.append(token)
         token_logprobs.append(float(sampled.get("logprob", 0.0)))
-        top_logprobs.append({_token(i): float(i["logprob"]) for i in ranked})
+        top_logprobs.append({_token(sampled): token_logprobs[-1], **{_token(i): float(i["logprob"]) for i in ranked}})
         offsets.append(offset)
         offset += len(token)
     return {"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": top_logprobs, "text_offset": offsets}

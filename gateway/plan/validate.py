@@ -5,8 +5,9 @@ logs the validation error and returns None, and the request then dies on ``None.
 every check vLLM makes that the gateway can make too, and that the schema does not already make,
 is made here, with vLLM's wording and the field named:
 
-- ``SamplingParams._verify_args``: ``n`` must be 1 with greedy sampling; ``min_tokens`` at most
-  ``max_tokens`` (in ``budget.py``, against the ``max_tokens`` actually sent);
+- ``SamplingParams._verify_args``: ``min_tokens`` at most ``max_tokens`` (in ``budget.py``, against
+  the ``max_tokens`` actually sent). Not its "n must be 1 when using greedy sampling": each choice
+  is a request of its own (``n`` 1), so ``n`` greedy choices are n answers, as OpenAI gives them;
 - ``SamplingParams.verify``: ``stop_token_ids`` and ``logit_bias`` ids within the vocabulary
   (negative ids always; the upper bound when the model's tokenizer is known);
 - the input processor: an empty prompt (in ``budget.py``: it needs the token count);
@@ -26,15 +27,9 @@ from gateway.errors import InvalidRequestError
 from gateway.models.catalog import ServedModel
 from gateway.plan.requests import ChatCompletionRequest, SamplingFields
 
-GREEDY_BELOW = 1e-5
-"""vLLM's ``_SAMPLING_EPS``: a temperature under it is greedy (argmax) sampling."""
-
 
 def check_request(body: SamplingFields, model: ServedModel, settings: Settings) -> None:
     """Every check here but the prompt's (``budget.py`` makes those, per prompt)."""
-    if body.n > 1 and body.temperature is not None and body.temperature < GREEDY_BELOW:
-        # Greedy sequences would all be the same one.
-        raise InvalidRequestError(f"n must be 1 when using greedy sampling, got {body.n}.", param="n")
     vocab = model.tokenizer.get_vocab_size() if model.tokenizer is not None else None
     for name, ids in (("stop_token_ids", body.stop_token_ids or ()), ("logit_bias", _bias_ids(body))):
         _check_ids(name, ids, vocab)

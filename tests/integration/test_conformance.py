@@ -143,6 +143,22 @@ def test_n_choices_have_indices_and_own_finish_reasons(client: openai.OpenAI) ->
     assert reply.usage.completion_tokens == 18
 
 
+def test_n_greedy_choices_are_n_answers_as_openai_gives_them(client: openai.OpenAI) -> None:
+    """vLLM refuses n > 1 with greedy sampling; OpenAI answers, and so does the gateway: each choice
+    is a request of its own, and greedy decoding gives each the same text."""
+    reply = chat(client, n=2, temperature=0, max_tokens=6)
+    assert [c.index for c in reply.choices] == [0, 1]
+    one = chat(client, temperature=0, max_tokens=6)
+    assert [c.message.content for c in reply.choices] == [one.choices[0].message.content] * 2
+    assert reply.usage.completion_tokens == 2 * one.usage.completion_tokens
+    chunks = list(chat(client, n=2, temperature=0, max_tokens=6, stream=True))
+    texts = {0: "", 1: ""}
+    for chunk in chunks:
+        for choice in chunk.choices:
+            texts[choice.index] += choice.delta.content or ""
+    assert texts == {c.index: c.message.content for c in reply.choices}
+
+
 def test_n_choices_stream_with_their_index(client: openai.OpenAI) -> None:
     whole = chat(client, n=2, temperature=1.0, seed=9, max_tokens=6)
     chunks = list(chat(client, n=2, temperature=1.0, seed=9, max_tokens=6, stream=True))
@@ -363,7 +379,25 @@ def test_completions_echo_and_logprobs(client: openai.OpenAI) -> None:
     )
     lp = withlp.choices[0].logprobs
     assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.text_offset) == 3
-    assert all(len(t) == 2 for t in lp.top_logprobs)
+    assert all(len(t) == 2 for t in lp.top_logprobs)  # greedy: the sampled token is the top one
+
+
+def test_completions_top_logprobs_always_hold_the_sampled_token(client: openai.OpenAI) -> None:
+    """Up to logprobs + 1 entries (OpenAI's reference): a token sampled from outside the top 1 is
+    there beside it, with its own logprob."""
+    reply = client.completions.create(
+        model=MODEL, prompt="abc", max_tokens=24, temperature=2.0, seed=3, logprobs=1, extra_body={"ignore_eos": True}
+    )
+    lp = reply.choices[0].logprobs
+    entries = list(zip(lp.tokens, lp.token_logprobs, lp.top_logprobs, strict=True))
+    assert all(token in top and 1 <= len(top) <= 2 for token, _, top in entries)
+    assert any(len(top) == 2 and top[token] == logprob for token, logprob, top in entries)
+
+
+def test_completions_without_max_tokens_stop_at_16_tokens(client: openai.OpenAI) -> None:
+    """The legacy default of OpenAI's and vLLM's /v1/completions; chat keeps the room left."""
+    reply = client.completions.create(model=MODEL, prompt="abc", extra_body={"ignore_eos": True})
+    assert (reply.usage.completion_tokens, reply.choices[0].finish_reason) == (16, "length")
 
 
 def test_completions_stream_matches_non_stream(client: openai.OpenAI) -> None:
@@ -392,11 +426,10 @@ def test_completions_unsupported_options_are_400(client: openai.OpenAI, extra: d
         ({"max_tokens": 3, "extra_body": {"min_tokens": 5}}, "min_tokens"),
         ({"extra_body": {"stop_token_ids": [99999]}}, "stop_token_ids"),
         ({"extra_body": {"stop_token_ids": [-1]}}, "stop_token_ids"),
-        ({"n": 2, "temperature": 0}, "n"),
         ({"logit_bias": {"99999": 5}}, "logit_bias"),
     ],
     ids=["empty-prompt", "min-tokens-over-max-tokens", "stop-token-id-out-of-vocab", "stop-token-id-negative",
-         "n-with-greedy", "logit-bias-out-of-vocab"],
+         "logit-bias-out-of-vocab"],
 )  # fmt: skip
 def test_what_vllm_refuses_is_a_400_naming_the_field(
     client: openai.OpenAI, extra: dict[str, object], param: str

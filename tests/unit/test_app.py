@@ -202,7 +202,6 @@ async def test_invalid_fields_are_400_naming_the_param(tmp_path: Path, payload: 
         ("/v1/completions", {"model": "m", "prompt": "hi", "max_tokens": 3, "min_tokens": 5}, "min_tokens"),
         ("/v1/completions", {"model": "m", "prompt": "hi", "stop_token_ids": [99999]}, "stop_token_ids"),
         ("/v1/completions", {"model": "m", "prompt": "hi", "stop_token_ids": [-1]}, "stop_token_ids"),
-        ("/v1/completions", {"model": "m", "prompt": "hi", "n": 2, "temperature": 0}, "n"),
         ("/v1/completions", {"model": "m", "prompt": "hi", "logit_bias": {"99999": 5}}, "logit_bias"),
         ("/v1/completions", {"model": "m", "prompt": "hi", "seed": 2**64}, "seed"),
         ("/v1/chat/completions", chat(tool_choice={"type": "function", "function": {"name": "f"}}), "tool_choice"),
@@ -465,6 +464,20 @@ async def test_default_max_tokens_is_the_room_left_in_context(tmp_path: Path) ->
     await call(backend, make_repo(tmp_path), "POST", "/v1/chat/completions", json=chat())
     sent = backend.requests[0].sampling["max_tokens"]
     assert 0 < sent < 64
+
+
+async def test_legacy_completions_default_to_16_tokens_unless_set_otherwise(tmp_path: Path) -> None:
+    repo, body = make_repo(tmp_path), {"model": "m", "prompt": "hi"}
+    backend = ScriptedBackend(text_chunks(b"ok"))
+    await call(backend, repo, "POST", "/v1/completions", json=body)
+    assert backend.requests[0].sampling["max_tokens"] == 16
+    backend = ScriptedBackend(text_chunks(b"ok"))
+    app = create_app(Settings(model_repository=[repo], completions_default_max_tokens=0), backend=backend)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            await client.post("/v1/completions", json=body)
+    assert 16 < backend.requests[0].sampling["max_tokens"] < 64  # the room the context leaves
 
 
 async def test_request_id_is_echoed_and_sent_to_backend(tmp_path: Path) -> None:

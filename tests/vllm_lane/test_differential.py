@@ -209,6 +209,22 @@ def test_completion_logprobs(gw: openai.OpenAI, vl: openai.OpenAI) -> None:
     assert close_logprobs(ours.logprobs, theirs.logprobs), (ours.logprobs, theirs.logprobs)
 
 
+def test_completion_without_max_tokens_is_as_long_as_vllms(gw: openai.OpenAI, vl: openai.OpenAI) -> None:
+    ours, theirs = both(completion, gw, vl, prompt="Once upon a time", extra_body={"ignore_eos": True}, **GREEDY)
+    assert ours == theirs
+    assert ours.usage[1] == 16, ours.usage
+
+
+def test_sampled_completion_logprobs_hold_the_sampled_token(gw: openai.OpenAI, vl: openai.OpenAI) -> None:
+    # Seeded sampling draws the same tokens on both; a token drawn from outside the top 1 is in
+    # top_logprobs beside it (up to logprobs + 1 entries, as OpenAI documents).
+    kwargs: dict[str, Any] = {"prompt": "Once upon a time", "max_tokens": 24, "logprobs": 1}
+    ours, theirs = both(completion, gw, vl, temperature=1.5, seed=11, **kwargs)
+    assert ours.texts == theirs.texts
+    assert close_logprobs(ours.logprobs, theirs.logprobs), (ours.logprobs, theirs.logprobs)
+    assert any(len(top) == 2 for top in ours.logprobs[0]["top_logprobs"])
+
+
 def test_streamed_completion_text_offset_after_an_incomplete_utf8_token(gw: openai.OpenAI, vl: openai.OpenAI) -> None:
     # The greedy answer to this prompt has tokens that end inside a UTF-8 character (their
     # logprob token is "", and the text later shows U+FFFD that no token carries): offsets count
@@ -335,22 +351,30 @@ def test_prompt_over_context_is_400_on_both(gw: openai.OpenAI, vl: openai.OpenAI
         ({"max_tokens": 3, "extra_body": {"min_tokens": 5}}, "min_tokens"),
         ({"extra_body": {"stop_token_ids": [99999]}}, "stop_token_ids"),
         ({"extra_body": {"stop_token_ids": [-1]}}, "stop_token_ids"),
-        ({"n": 2, "temperature": 0}, "n"),
         ({"logit_bias": {"99999": 5}}, "logit_bias"),
         ({"seed": 2**63}, "seed"),
     ],
     ids=["empty-prompt", "min-tokens-over-max-tokens", "stop-token-id-out-of-vocab", "stop-token-id-negative",
-         "n-with-greedy", "logit-bias-out-of-vocab", "seed-over-int64"],
+         "logit-bias-out-of-vocab", "seed-over-int64"],
 )  # fmt: skip
 def test_requests_vllm_refuses_are_400_on_both(gw: openai.OpenAI, vl: openai.OpenAI, body: dict, param: str) -> None:
     # Through the backend most of these were 500s: TritonSamplingParams.from_dict logs vLLM's
     # validation error and returns None, and the request dies on None.lora_name. The gateway
-    # refuses them first, and names the field even where vLLM's server does not (min_tokens, n).
+    # refuses them first, and names the field even where vLLM's server does not (min_tokens).
     request = {"model": "tiny-llm", "prompt": "hello", "max_tokens": 3, **body}
     assert status_of(lambda: vl.completions.create(**request)) == 400
     with pytest.raises(openai.BadRequestError) as info:
         gw.completions.create(**request)
     assert info.value.body["param"] == param  # type: ignore[index]
+
+
+def test_n_greedy_choices_are_answered_where_vllm_refuses_them(gw: openai.OpenAI, vl: openai.OpenAI) -> None:
+    # Deliberately different (docs/API.md, n): OpenAI answers n greedy choices, vLLM refuses them.
+    # Each of the gateway's choices is a request of its own, each vLLM's greedy answer.
+    request = {"model": "tiny-llm", "prompt": "hello", "max_tokens": 5, "temperature": 0}
+    assert status_of(lambda: vl.completions.create(**request, n=2)) == 400
+    one = vl.completions.create(**request).choices[0].text
+    assert [c.text for c in gw.completions.create(**request, n=2).choices] == [one, one]
 
 
 @pytest.mark.parametrize(
