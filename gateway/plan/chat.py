@@ -58,8 +58,16 @@ def render_chat_prompt(
         to_template_messages(request),
         add_generation_prompt=request.add_generation_prompt,
         tools=tools,
-        extra=request.chat_template_kwargs,
+        extra=template_kwargs(request),
     )
+
+
+def template_kwargs(request: ChatCompletionRequest) -> dict[str, Any] | None:
+    """The template's extra variables: ``chat_template_kwargs``, and ``reasoning_effort`` when set
+    (over a kwarg of the same name, as vLLM sets it)."""
+    if request.reasoning_effort is None:
+        return request.chat_template_kwargs
+    return {**(request.chat_template_kwargs or {}), "reasoning_effort": request.reasoning_effort}
 
 
 def chat_max_tokens(request: ChatCompletionRequest) -> int | None:

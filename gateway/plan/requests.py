@@ -144,6 +144,10 @@ class SamplingFields(SamplingExtras):
         return value
 
 
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
+"""OpenAI's levels of ``reasoning_effort`` (chat) and ``reasoning.effort`` (Responses)."""
+
+
 class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
@@ -153,6 +157,9 @@ class ChatCompletionRequest(SamplingFields):
     tools: list[dict[str, Any]] | None = None
     tool_choice: Any = None
     parallel_tool_calls: bool | None = None
+    reasoning_effort: ReasoningEffort | None = None
+    """Reaches the chat template as its ``reasoning_effort`` variable, as vLLM passes it; a template
+    without a reasoning mode ignores it, as OpenAI's non-reasoning models do."""
     # vLLM extensions
     chat_template_kwargs: dict[str, Any] | None = None
     add_generation_prompt: bool = True

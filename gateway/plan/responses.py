@@ -102,7 +102,6 @@ def check_supported(body: ResponsesRequest) -> None:
     """Fields of OpenAI's API that ask for something the gateway cannot do: a 400 naming each."""
     refusals = {
         "background": (body.background is True, "background responses are not supported; send the request and wait"),
-        "reasoning": (_set(body.reasoning), "reasoning options are not supported by the models this gateway serves"),
         "top_logprobs": (body.top_logprobs is not None, "logprobs are not supported on /v1/responses"),
         "prompt": (_set(body.prompt), "stored prompt templates are not supported; send the input itself"),
         "conversation": (
@@ -149,6 +148,7 @@ def to_chat_request(body: ResponsesRequest, messages: list[dict[str, Any]]) -> C
         tool_choice=chat_tool_choice(choice),
         parallel_tool_calls=body.parallel_tool_calls,
         response_format=chat_response_format(body.text),
+        reasoning_effort=body.reasoning.effort if body.reasoning else None,
         user=body.user,
     )
     # Validated again as a chat request: every value already passed the same field rules here.
@@ -254,7 +254,7 @@ def response_head(body: ResponsesRequest, response_id: str, created_at: int, sto
         "output": [],
         "parallel_tool_calls": body.parallel_tool_calls is not False,
         "previous_response_id": body.previous_response_id,
-        "reasoning": None,
+        "reasoning": {"effort": body.reasoning.effort, "summary": body.reasoning.summary} if body.reasoning else None,
         "store": stored,
         "temperature": body.temperature,
         "text": text,

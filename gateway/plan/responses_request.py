@@ -4,7 +4,7 @@ Validated once at the edge, like the chat request. The top-level fields are type
 ``input`` items, ``tools`` and ``tool_choice`` stay plain JSON and are checked item by item in
 ``plan/responses.py``, which names the exact offending field (``input.2.content.0.type``) where a
 union of models would report every member's mismatch. Fields of OpenAI's API that the gateway
-cannot honour (``background``, ``reasoning``, ``prompt``...) are declared so that planning can
+cannot honour (``background``, ``prompt``...) are declared so that planning can
 refuse them by name rather than let them pass as unknown extras; unknown fields are ignored, as on
 chat. ``null`` means unset everywhere (``nullable.NullMeansDefault``).
 """
@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from gateway.plan.requests import SamplingExtras
+from gateway.plan.requests import ReasoningEffort, SamplingExtras
 
 _LENIENT = ConfigDict(extra="allow", populate_by_name=True)
 
@@ -43,6 +43,15 @@ class TextConfig(BaseModel):
     verbosity: str | None = None
 
 
+class Reasoning(BaseModel):
+    """``reasoning``: ``effort`` reaches the chat template as chat's ``reasoning_effort`` does;
+    ``summary`` asks for summaries of reasoning output, of which these models give none: echoed."""
+
+    model_config = _LENIENT
+    effort: ReasoningEffort | None = None
+    summary: Literal["auto", "concise", "detailed"] | None = None
+
+
 class ResponsesRequest(SamplingExtras):
     """``POST /v1/responses``. ``SamplingExtras`` brings ``seed``, the penalties, ``stop`` and vLLM's
     extensions, passed on as on chat."""
@@ -67,8 +76,8 @@ class ResponsesRequest(SamplingExtras):
     max_tool_calls: int | None = Field(default=None, ge=1)
     """Bounds calls to built-in tools, of which the gateway has none: accepted and echoed."""
     include: list[str] | None = None
+    reasoning: Reasoning | None = None
     # Declared to be refused by name when set (``plan/responses.py``).
-    reasoning: Any = None
     background: bool | None = None
     top_logprobs: int | None = None
     prompt: Any = None

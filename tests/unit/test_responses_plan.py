@@ -261,7 +261,6 @@ def test_the_chat_request_carries_the_same_meaning() -> None:
     ("fields", "param"),
     [
         ({"background": True}, "background"),
-        ({"reasoning": {"effort": "low"}}, "reasoning"),
         ({"top_logprobs": 2}, "top_logprobs"),
         ({"prompt": {"id": "pmpt_1"}}, "prompt"),
         ({"conversation": "conv_1"}, "conversation"),
