@@ -15,15 +15,10 @@ of it); with several replicas on one database each counts its own puts.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gateway.errors import GatewayError
-
-logger = logging.getLogger("gateway.store")
 
 PRUNE_SLACK = 64
 """The table may exceed ``max_responses`` by at most ``max_responses // PRUNE_SLACK`` rows (one
@@ -100,23 +95,3 @@ class StoreBounds:
     def oldest_alive(self, now: float) -> float:
         """The earliest ``created_at`` still visible at ``now``."""
         return now - self.ttl
-
-
-@contextmanager
-def unavailable_on_error(action: str, driver_errors: type[Exception]) -> Iterator[None]:
-    """A driver's error during a request's read or write as the typed 503 the route answers,
-    said once in the log (the client sees it too, so a warning, not an error with a traceback)."""
-    try:
-        yield
-    except driver_errors as exc:
-        logger.warning("responses store: could not %s a response: %s", action, exc)
-        raise ResponseStoreError(f"the responses store could not {action} the response: {exc}") from exc
-
-
-async def prune_quietly(prune: Callable[[], Awaitable[None]], driver_errors: type[Exception]) -> None:
-    """A failed pruning batch costs nothing but a warning: the put it follows succeeded, and the
-    next batch deletes what this one did not."""
-    try:
-        await prune()
-    except driver_errors:
-        logger.warning("responses store: deleting expired and surplus responses failed", exc_info=True)

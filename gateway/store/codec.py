@@ -36,7 +36,7 @@ def load_json(text: str) -> Any:
 
 
 def to_row(stored: StoredResponse) -> tuple[str, str, float, str | None, str, str]:
-    """The put statement's parameters, in the column order both stores' ``_PUT`` uses."""
+    """The put statement's parameters, in its column order."""
     return (
         stored.id,
         stored.owner,
@@ -48,6 +48,6 @@ def to_row(stored: StoredResponse) -> tuple[str, str, float, str | None, str, st
 
 
 def from_row(response_id: str, owner: str, row: Any) -> StoredResponse:
-    """A ``_GET`` row (created_at, previous id, response, input items) back as a record."""
+    """A get statement's row (created_at, previous id, response, input items) back as a record."""
     created_at, previous, response, input_items = row
     return StoredResponse(response_id, owner, created_at, load_json(response), load_json(input_items), previous)

@@ -23,17 +23,9 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from gateway.store.base import ResponseStoreError, StoreBounds, StoredResponse, prune_quietly, unavailable_on_error
-from gateway.store.codec import from_row, to_row
+from gateway.store.base import ResponseStoreError, StoreBounds
 from gateway.store.location import redact_url
-from gateway.store.schema import (
-    COMPONENT,
-    CREATE_VERSION_TABLE,
-    MIGRATIONS,
-    SCHEMA_VERSION,
-    TABLE,
-    newer_schema_message,
-)
+from gateway.store.schema import CREATE_VERSION_TABLE, SqlStore, statements
 
 logger = logging.getLogger(__name__)
 
@@ -48,33 +40,21 @@ waits for the first one."""
 MIGRATION_LOCK = int.from_bytes(b"gwresp\x00\x01", "big")
 PRUNE_LOCK = int.from_bytes(b"gwresp\x00\x02", "big")
 
-_PUT = (
-    f"INSERT INTO {TABLE} (id, owner, created_at, previous_response_id, response, input_items) "
-    "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET created_at = EXCLUDED.created_at, "
-    "previous_response_id = EXCLUDED.previous_response_id, response = EXCLUDED.response, "
-    f"input_items = EXCLUDED.input_items WHERE {TABLE}.owner = EXCLUDED.owner"
-)
-_GET = (
-    f"SELECT created_at, previous_response_id, response, input_items FROM {TABLE} "
-    "WHERE id = %s AND owner = %s AND created_at >= %s"
-)
-_DELETE = f"DELETE FROM {TABLE} WHERE id = %s AND owner = %s AND created_at >= %s"
-_EXPIRE = f"DELETE FROM {TABLE} WHERE created_at < %s"
-_EVICT = f"DELETE FROM {TABLE} WHERE id IN (SELECT id FROM {TABLE} ORDER BY created_at DESC, id DESC OFFSET %s)"
 
-
-class PostgresResponseStore:
+class PostgresResponseStore(SqlStore):
     """:class:`~gateway.store.base.ResponseStore` on a PostgreSQL database."""
+
+    sql = statements("%s")
+    driver_errors = psycopg.Error
 
     def __init__(
         self, url: str, bounds: StoreBounds, *, pool_size: int = POOL_SIZE, timeout: float = POOL_TIMEOUT
     ) -> None:
+        super().__init__(bounds)
         self.url = url
-        self.bounds = bounds
         self._pool_size = pool_size
         self._timeout = timeout
         self._pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] | None = None
-        self._puts_since_prune = 0
 
     async def start(self) -> None:
         try:
@@ -110,43 +90,16 @@ class PostgresResponseStore:
         if pool is not None:
             await pool.close()
 
-    async def put(self, stored: StoredResponse) -> None:
-        params = to_row(stored)
-        with unavailable_on_error("save", psycopg.Error):
-            async with self._connections().connection() as conn:
-                cursor = await conn.execute(_PUT, params)
-                if cursor.rowcount == 0:
-                    logger.warning("responses store: %s belongs to another owner; not replaced", stored.id)
-        self._puts_since_prune += 1
-        if self._puts_since_prune >= self.bounds.prune_every:
-            await prune_quietly(self.prune, psycopg.Error)
-
-    async def get(self, response_id: str, owner: str) -> StoredResponse | None:
-        params = (response_id, owner, self.bounds.oldest_alive(time.time()))
-        with unavailable_on_error("read", psycopg.Error):
-            async with self._connections().connection() as conn:
-                cursor = await conn.execute(_GET, params)
-                row = await cursor.fetchone()
-        return None if row is None else from_row(response_id, owner, row)
-
-    async def delete(self, response_id: str, owner: str) -> bool:
-        params = (response_id, owner, self.bounds.oldest_alive(time.time()))
-        with unavailable_on_error("delete", psycopg.Error):
-            async with self._connections().connection() as conn:
-                cursor = await conn.execute(_DELETE, params)
-                return cursor.rowcount > 0
-
     async def prune(self) -> None:
         """Delete expired responses, then all but the newest ``max_responses``, unless another
         replica is doing it right now. Runs at start and every ``bounds.prune_every`` puts."""
         self._puts_since_prune = 0
         async with self._connections().connection() as conn, conn.transaction():
-            cursor = await conn.execute("SELECT pg_try_advisory_xact_lock(%s)", (PRUNE_LOCK,))
-            locked = await cursor.fetchone()
+            _, locked = await _run(conn, "SELECT pg_try_advisory_xact_lock(%s)", (PRUNE_LOCK,))
             if locked is None or not locked[0]:
                 return
-            await conn.execute(_EXPIRE, (self.bounds.oldest_alive(time.time()),))
-            await conn.execute(_EVICT, (self.bounds.max_responses,))
+            await conn.execute(self.sql.expire, (self.bounds.oldest_alive(time.time()),))
+            await conn.execute(self.sql.evict, (self.bounds.max_responses,))
 
     async def _migrate(self) -> None:
         async with (
@@ -156,25 +109,14 @@ class PostgresResponseStore:
             await conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
             # CREATE ... IF NOT EXISTS needs the CREATE privilege even when the table exists: look
             # first, so a role with only SELECT/INSERT/UPDATE/DELETE starts on a migrated database
-            cursor = await conn.execute("SELECT to_regclass('gateway_schema') IS NOT NULL")
-            exists = await cursor.fetchone()
+            _, exists = await _run(conn, "SELECT to_regclass('gateway_schema') IS NOT NULL", None)
             if exists is None or not exists[0]:
                 await conn.execute(CREATE_VERSION_TABLE)
-            cursor = await conn.execute("SELECT version FROM gateway_schema WHERE component = %s", (COMPONENT,))
-            row = await cursor.fetchone()
-            version = int(row[0]) if row is not None else 0
-            if version > SCHEMA_VERSION:
-                raise ResponseStoreError(newer_schema_message(version))
-            if version == SCHEMA_VERSION:
-                return
-            for statements in MIGRATIONS[version:]:
-                for statement in statements:
-                    await conn.execute(statement)
-            await conn.execute(
-                "INSERT INTO gateway_schema (component, version) VALUES (%s, %s) "
-                "ON CONFLICT (component) DO UPDATE SET version = EXCLUDED.version",
-                (COMPONENT, SCHEMA_VERSION),
-            )
+            await self._apply_migrations(lambda sql, params: _run(conn, sql, params))
+
+    async def _execute(self, sql: str, params: tuple[object, ...] | None = None) -> tuple[int, Any]:
+        async with self._connections().connection() as conn:
+            return await _run(conn, sql, params)
 
     def _connections(self) -> AsyncConnectionPool[psycopg.AsyncConnection[Any]]:
         if self._pool is None:
@@ -183,3 +125,8 @@ class PostgresResponseStore:
 
 
 _CONNECTION_OPTIONS: dict[str, Any] = {"autocommit": True, "prepare_threshold": None}
+
+
+async def _run(conn: psycopg.AsyncConnection[Any], sql: str, params: tuple[object, ...] | None) -> tuple[int, Any]:
+    cursor = await conn.execute(sql, params)
+    return cursor.rowcount, await cursor.fetchone() if cursor.description else None

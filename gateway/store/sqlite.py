@@ -26,45 +26,25 @@ from typing import Any
 
 import aiosqlite
 
-from gateway.store.base import ResponseStoreError, StoreBounds, StoredResponse, prune_quietly, unavailable_on_error
-from gateway.store.codec import from_row, to_row
-from gateway.store.schema import (
-    COMPONENT,
-    CREATE_VERSION_TABLE,
-    MIGRATIONS,
-    SCHEMA_VERSION,
-    TABLE,
-    newer_schema_message,
-)
+from gateway.store.base import ResponseStoreError, StoreBounds
+from gateway.store.schema import CREATE_VERSION_TABLE, SqlStore, statements
 
 logger = logging.getLogger(__name__)
 
 BUSY_TIMEOUT = 10.0
 """Seconds a statement waits for another process's write lock before it fails."""
 
-_PUT = (
-    f"INSERT INTO {TABLE} (id, owner, created_at, previous_response_id, response, input_items) "
-    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET created_at = excluded.created_at, "
-    "previous_response_id = excluded.previous_response_id, response = excluded.response, "
-    f"input_items = excluded.input_items WHERE {TABLE}.owner = excluded.owner"
-)
-_GET = (
-    f"SELECT created_at, previous_response_id, response, input_items FROM {TABLE} "
-    "WHERE id = ? AND owner = ? AND created_at >= ?"
-)
-_DELETE = f"DELETE FROM {TABLE} WHERE id = ? AND owner = ? AND created_at >= ?"
-_EXPIRE = f"DELETE FROM {TABLE} WHERE created_at < ?"
-_EVICT = f"DELETE FROM {TABLE} WHERE id IN (SELECT id FROM {TABLE} ORDER BY created_at DESC, id DESC LIMIT -1 OFFSET ?)"
 
-
-class SqliteResponseStore:
+class SqliteResponseStore(SqlStore):
     """:class:`~gateway.store.base.ResponseStore` on a SQLite file."""
 
+    sql = statements("?", no_limit="LIMIT -1 ")
+    driver_errors = sqlite3.Error
+
     def __init__(self, path: Path, bounds: StoreBounds) -> None:
+        super().__init__(bounds)
         self.path = path
-        self.bounds = bounds
         self._db: aiosqlite.Connection | None = None
-        self._puts_since_prune = 0
 
     async def start(self) -> None:
         try:
@@ -92,36 +72,12 @@ class SqliteResponseStore:
         if db is not None:
             await db.close()
 
-    async def put(self, stored: StoredResponse) -> None:
-        params = to_row(stored)
-        with unavailable_on_error("save", sqlite3.Error):
-            async with self._connection().execute(_PUT, params) as cursor:
-                if cursor.rowcount == 0:
-                    logger.warning("responses store: %s belongs to another owner; not replaced", stored.id)
-        self._puts_since_prune += 1
-        if self._puts_since_prune >= self.bounds.prune_every:
-            await prune_quietly(self.prune, sqlite3.Error)
-
-    async def get(self, response_id: str, owner: str) -> StoredResponse | None:
-        params = (response_id, owner, self.bounds.oldest_alive(time.time()))
-        with unavailable_on_error("read", sqlite3.Error):
-            async with self._connection().execute(_GET, params) as cursor:
-                row = await cursor.fetchone()
-        return None if row is None else from_row(response_id, owner, row)
-
-    async def delete(self, response_id: str, owner: str) -> bool:
-        params = (response_id, owner, self.bounds.oldest_alive(time.time()))
-        with unavailable_on_error("delete", sqlite3.Error):
-            async with self._connection().execute(_DELETE, params) as cursor:
-                return cursor.rowcount > 0
-
     async def prune(self) -> None:
         """Delete expired responses, then all but the newest ``max_responses``. Runs at start and
         every ``bounds.prune_every`` puts; public so that tests and tools can run it."""
         self._puts_since_prune = 0
-        db = self._connection()
-        await db.execute(_EXPIRE, (self.bounds.oldest_alive(time.time()),))
-        await db.execute(_EVICT, (self.bounds.max_responses,))
+        await self._execute(self.sql.expire, (self.bounds.oldest_alive(time.time()),))
+        await self._execute(self.sql.evict, (self.bounds.max_responses,))
 
     async def _migrate(self) -> None:
         db = self._connection()
@@ -129,29 +85,13 @@ class SqliteResponseStore:
         # here (busy timeout) and then finds the schema already at its version
         await db.execute("BEGIN IMMEDIATE")
         try:
-            await self._apply_migrations(db)
+            await self._execute(CREATE_VERSION_TABLE)
+            await self._apply_migrations(self._execute)
         except BaseException:
             if db.in_transaction:
                 await db.execute("ROLLBACK")
             raise
         await db.execute("COMMIT")
-
-    async def _apply_migrations(self, db: aiosqlite.Connection) -> None:
-        await db.execute(CREATE_VERSION_TABLE)
-        found = await self._scalar("SELECT version FROM gateway_schema WHERE component = ?", (COMPONENT,))
-        version = int(found) if found is not None else 0
-        if version > SCHEMA_VERSION:
-            raise ResponseStoreError(newer_schema_message(version))
-        if version == SCHEMA_VERSION:
-            return
-        for statements in MIGRATIONS[version:]:
-            for statement in statements:
-                await db.execute(statement)
-        await db.execute(
-            "INSERT INTO gateway_schema (component, version) VALUES (?, ?) "
-            "ON CONFLICT (component) DO UPDATE SET version = excluded.version",
-            (COMPONENT, SCHEMA_VERSION),
-        )
 
     async def _journal_mode_wal(self) -> Any:
         """Switch the file to WAL. SQLite answers "database is locked" at once, without its busy
@@ -160,16 +100,16 @@ class SqliteResponseStore:
         deadline = time.monotonic() + BUSY_TIMEOUT
         while True:
             try:
-                return await self._scalar("PRAGMA journal_mode=WAL")
+                _, row = await self._execute("PRAGMA journal_mode=WAL")
+                return None if row is None else row[0]
             except sqlite3.OperationalError as exc:
                 if "locked" not in str(exc) or time.monotonic() >= deadline:
                     raise
                 await asyncio.sleep(0.02)
 
-    async def _scalar(self, sql: str, params: tuple[object, ...] = ()) -> Any:
+    async def _execute(self, sql: str, params: tuple[object, ...] | None = None) -> tuple[int, Any]:
         async with self._connection().execute(sql, params) as cursor:
-            row = await cursor.fetchone()
-        return None if row is None else row[0]
+            return cursor.rowcount, await cursor.fetchone() if cursor.description else None
 
     def _connection(self) -> aiosqlite.Connection:
         if self._db is None:
