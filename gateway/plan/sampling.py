@@ -71,7 +71,7 @@ def to_sampling_params(
     structured = structured_outputs(request)
     if structured is not None:
         params["structured_outputs"] = structured
-    if tool_schema is not None:
+    if tool_schema is not None:  # a forced call: its schema, not the text turns' format
         params["structured_outputs"] = json.dumps({"json": tool_schema})
     if keep_special_tokens and request.skip_special_tokens is None:
         params["skip_special_tokens"] = False

@@ -10,7 +10,11 @@ Every decision is vLLM's where vLLM has made one:
 - ``required`` and a named function are forced through the backend's structured outputs: a JSON
   schema for an array of ``{"name", "parameters"}`` calls, or for the named function's arguments
   (vLLM's own schemas, so the same model answers the same way on both servers), and the output is
-  read as that JSON. A backend that cannot enforce a schema gets a 400 rather than a hope.
+  read as that JSON. A backend that cannot enforce a schema gets a 400 rather than a hope. A
+  ``response_format`` (or ``structured_outputs``) beside a forced choice is accepted, as OpenAI
+  accepts it: the forced turn is a call, constrained by the call's schema alone (``sampling.py``
+  puts it in the format's place), and the format constrains the turns that answer in text
+  (``tool_choice`` ``auto`` or ``none``). Agent frameworks send both on every turn.
 
 Pure.
 """
@@ -67,7 +71,7 @@ def plan_tools(body: ChatCompletionRequest, model: ServedModel) -> ToolsDecision
                 param="tool_choice",
             )
         return ToolsDecision(tools, ToolPlan(model.tool_parser, names, parallel), None)
-    _check_enforceable(body, model)
+    _check_enforceable(model)
     if choice == "required":
         functions = [(tool["function"]["name"], tool["function"].get("parameters")) for tool in tools]
         schema = required_calls_schema(functions, parallel=parallel)
@@ -78,13 +82,7 @@ def plan_tools(body: ChatCompletionRequest, model: ServedModel) -> ToolsDecision
     return ToolsDecision(tools, ToolPlan(FORCED_NAMED, frozenset({name}), parallel, forced_name=name), schema)
 
 
-def _check_enforceable(body: ChatCompletionRequest, model: ServedModel) -> None:
-    if (body.response_format is not None and body.response_format.type != "text") or body.structured_outputs:
-        raise InvalidRequestError(
-            "response_format or structured_outputs cannot be combined with tool_choice 'required' or a named "
-            "function: both constrain the output, which is the function call's JSON.",
-            param="tool_choice",
-        )
+def _check_enforceable(model: ServedModel) -> None:
     if model.trtllm:
         raise InvalidRequestError(
             f"tool_choice 'required' or a named function is forced with structured outputs, which the model "

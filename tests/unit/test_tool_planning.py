@@ -70,10 +70,17 @@ def test_required_forces_an_array_of_calls_and_named_the_functions_parameters() 
     assert named.structured == {"type": "object", "properties": {}}
 
 
-def test_forcing_needs_a_backend_that_enforces_schemas_and_no_response_format() -> None:
+def test_forcing_needs_a_backend_that_enforces_schemas() -> None:
     assert refusal(chat(tool_choice="required"), TRTLLM).param == "tool_choice"
-    both = chat(tool_choice="required", response_format={"type": "json_object"})
-    assert refusal(both, HERMES).param == "tool_choice"
+
+
+@pytest.mark.parametrize(
+    "choice", ["required", {"type": "function", "function": {"name": "g"}}], ids=["required", "named"]
+)
+def test_a_forced_choice_beside_a_response_format_is_constrained_by_the_calls_schema(choice: object) -> None:
+    alone = plan_tools(chat(tool_choice=choice), HERMES)
+    both = plan_tools(chat(tool_choice=choice, response_format={"type": "json_object"}), HERMES)
+    assert both == alone
 
 
 def test_history_arguments_reach_the_template_as_objects() -> None:
