@@ -130,6 +130,15 @@ class RequestRecord:
     """Where the backend ran it (the replica pool fills it in)."""
 
 
+_LIVE = (
+    ("gateway_requests_running", "Requests holding a slot (sent to Triton)", "model", "running"),
+    ("gateway_requests_waiting", "Requests waiting in the gateway's queue", "model", "waiting"),
+    ("vllm:num_requests_running", "Requests running on the model (gateway's view)", "model_name", "running"),
+    ("vllm:num_requests_waiting", "Requests waiting for the model (gateway's view)", "model_name", "waiting"),
+)
+"""The gauges of the present: name, help, label, and the admission count (``GateView``) each shows."""
+
+
 class _LiveGauges(Collector):
     """Gauges read from admission state at scrape time."""
 
@@ -138,35 +147,15 @@ class _LiveGauges(Collector):
         self._adapters = adapters
 
     def collect(self) -> Iterator[Metric]:
-        running = GaugeMetricFamily(
-            "gateway_requests_running", "Requests holding a slot (sent to Triton)", labels=["model"]
-        )
-        waiting = GaugeMetricFamily(
-            "gateway_requests_waiting", "Requests waiting in the gateway's queue", labels=["model"]
-        )
-        vllm_running = GaugeMetricFamily(
-            "vllm:num_requests_running", "Requests running on the model (gateway's view)", labels=["model_name"]
-        )
-        vllm_waiting = GaugeMetricFamily(
-            "vllm:num_requests_waiting", "Requests waiting for the model (gateway's view)", labels=["model_name"]
-        )
-        lora = _lora_family()
-        now = time.time()
+        families = [(GaugeMetricFamily(name, doc, labels=[label]), shows) for name, doc, label, shows in _LIVE]
+        lora, now = _lora_family(), time.time()
         for model, gate in sorted(self._admission.gates.items()):
-            running.add_metric([model], gate.running)
-            waiting.add_metric([model], gate.waiting)
-            vllm_running.add_metric([model], gate.running)
-            vllm_waiting.add_metric([model], gate.waiting)
-            lora.add_metric(
-                [
-                    model,
-                    ",".join(sorted(gate.running_adapters)),
-                    ",".join(sorted(gate.waiting_adapters)),
-                    str(self._adapters(model)),
-                ],
-                now,
-            )
-        yield from (running, waiting, vllm_running, vllm_waiting, lora)
+            for family, shows in families:
+                family.add_metric([model], getattr(gate, shows))
+            running, waiting = ",".join(sorted(gate.running_adapters)), ",".join(sorted(gate.waiting_adapters))
+            lora.add_metric([model, running, waiting, str(self._adapters(model))], now)
+        yield from (family for family, _ in families)
+        yield lora
 
 
 def _lora_family() -> GaugeMetricFamily:
@@ -188,17 +177,10 @@ class _SharedLiveGauges(Collector):
         self._published: object = None
         self._adapter_series: set[tuple[str, str, str]] = set()
 
-        def gauge(name: str, doc: str, label: str) -> Gauge:
-            return Gauge(name, doc, [label], multiprocess_mode="livesum", registry=None)
-
-        self._running = gauge("gateway_requests_running", "Requests holding a slot (sent to Triton)", "model")
-        self._waiting = gauge("gateway_requests_waiting", "Requests waiting in the gateway's queue", "model")
-        self._vllm_running = gauge(
-            "vllm:num_requests_running", "Requests running on the model (gateway's view)", "model_name"
-        )
-        self._vllm_waiting = gauge(
-            "vllm:num_requests_waiting", "Requests waiting for the model (gateway's view)", "model_name"
-        )
+        self._gauges = [
+            (Gauge(name, doc, [label], multiprocess_mode="livesum", registry=None), shows)
+            for name, doc, label, shows in _LIVE
+        ]
         self._by_adapter = Gauge(
             "gateway_adapter_requests",
             "Requests per LoRA adapter, running or waiting (feeds vllm:lora_requests_info)",
@@ -218,10 +200,8 @@ class _SharedLiveGauges(Collector):
         self._published = snapshot
         series: set[tuple[str, str, str]] = set()
         for model, running, waiting, running_adapters, waiting_adapters in snapshot:
-            self._running.labels(model).set(running)
-            self._waiting.labels(model).set(waiting)
-            self._vllm_running.labels(model).set(running)
-            self._vllm_waiting.labels(model).set(waiting)
+            for gauge, shows in self._gauges:
+                gauge.labels(model).set(running if shows == "running" else waiting)
             for state, counts in (("running", running_adapters), ("waiting", waiting_adapters)):
                 for adapter, count in counts.items():
                     self._by_adapter.labels(model, adapter, state).set(count)
