@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar, Protocol
 
-from gateway.tools.scan import held_from, skip_space
+from gateway.tools.scan import JsonSpan, held_from, skip_space
 from gateway.tools.types import ParsedCall
 
 
@@ -199,7 +199,8 @@ class LeadingParser(StreamParser):
         self._open_at = 0
 
     def _make_span(self, start: int) -> Span:
-        raise NotImplementedError
+        """Where the call list opened at ``start`` ends: JSON brackets unless the format says."""
+        return JsonSpan(start)
 
     def _could_open(self, text: str, start: int) -> bool | None:
         """Whether the opener at ``start`` can still begin a call (None: not known yet).

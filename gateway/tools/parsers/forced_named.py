@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gateway.tools.calls import dump_arguments, load_json
-from gateway.tools.scan import JsonSpan, could_open_object
-from gateway.tools.stream import LeadingParser, Span
+from gateway.tools.scan import could_open_object
+from gateway.tools.stream import LeadingParser
 from gateway.tools.types import ParsedCall
 
 
@@ -25,9 +25,6 @@ class ForcedNamedParser(LeadingParser):
             raise ValueError(f"forced_named takes exactly one tool name, got {sorted(tool_names)}")
         super().__init__(tool_names)
         (self._name,) = tool_names
-
-    def _make_span(self, start: int) -> Span:
-        return JsonSpan(start)
 
     def _could_open(self, text: str, start: int) -> bool | None:
         return could_open_object(text, start, allow_empty=True)

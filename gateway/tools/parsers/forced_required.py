@@ -11,17 +11,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gateway.tools.calls import calls_from_array, load_json
-from gateway.tools.scan import JsonSpan, could_open_object, skip_space
-from gateway.tools.stream import LeadingParser, Span
+from gateway.tools.scan import could_open_object, skip_space
+from gateway.tools.stream import LeadingParser
 from gateway.tools.types import ParsedCall
 
 
 class ForcedRequiredParser(LeadingParser):
     OPENER = "["
     __slots__ = ()
-
-    def _make_span(self, start: int) -> Span:
-        return JsonSpan(start)
 
     def _could_open(self, text: str, start: int) -> bool | None:
         """Only ``[`` then an object can be a call array."""

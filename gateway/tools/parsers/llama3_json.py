@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gateway.tools.calls import call_from_object, load_json
-from gateway.tools.scan import JsonSpan, could_open_object
-from gateway.tools.stream import LeadingParser, Span
+from gateway.tools.scan import could_open_object
+from gateway.tools.stream import LeadingParser
 from gateway.tools.types import ParsedCall
 
 PYTHON_TAG = "<|python_tag|>"
@@ -27,9 +27,6 @@ class Llama3JsonParser(LeadingParser):
     SUFFIXES = (PYTHON_END,)
     SEPARATOR = ";"
     __slots__ = ()
-
-    def _make_span(self, start: int) -> Span:
-        return JsonSpan(start)
 
     def _could_open(self, text: str, start: int) -> bool | None:
         """``{Note: ...}`` or a code block's ``{`` is content at once, not held to its ``}``."""
