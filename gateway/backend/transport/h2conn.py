@@ -498,11 +498,8 @@ class GrpcConnection(asyncio.Protocol):
     async def _wait_for_slot(self, deadline: float | None) -> None:
         waiter = self.loop.create_future()
         self._slots.append(waiter)
-        if deadline is None:
-            await waiter
-            return
         try:
-            await asyncio.wait_for(waiter, max(0.0, deadline - time.monotonic()))
+            await asyncio.wait_for(waiter, None if deadline is None else max(0.0, deadline - time.monotonic()))
         except TimeoutError:
             limit = self._peer_max_streams
             raise CallError(
