@@ -25,6 +25,7 @@ packages as before, in UTF-8 as in NVIDIA's container.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
@@ -383,11 +384,7 @@ class TritonServer:
             code = None if self._process is None else self._process.poll()
             if self._process is None or code is not None:
                 killed_by = _signal_name(-code) if code is not None and code < 0 else None
-                how = ""
-                if killed_by is not None:
-                    how = f" (killed by {killed_by})"
-                elif code is not None:
-                    how = f" (exit code {code})"
+                how = f" (killed by {killed_by})" if killed_by else "" if code is None else f" (exit code {code})"
                 raise TritonLaunchError(
                     f"tritonserver exited during startup{how}; last log lines:\n{self.log_tail()}",
                     killed_by=killed_by,
@@ -476,8 +473,6 @@ def _kill_group(process: subprocess.Popen[bytes]) -> None:
     The group id cannot be reused while a stub is still in the group; once it is empty the
     kernel answers ESRCH.
     """
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     process.wait()
