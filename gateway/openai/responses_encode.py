@@ -21,7 +21,6 @@ of the text and one concatenation. Everything else happens a few times per respo
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -30,6 +29,7 @@ import orjson
 from gateway.core.assemble import ChoiceEvent, Usage
 from gateway.core.toolcalls import ToolCallOut
 from gateway.openai.jsonbytes import dumps
+from gateway.plan.responses_input import item_id_of
 
 Framing = tuple[bytes, bytes]
 EventFraming = Callable[[str], Framing]
@@ -126,7 +126,7 @@ class ResponseEncoder:
         return self._delta_prefix + b"%d" % seq + middle + orjson.dumps(text) + self._delta_tail
 
     def _open_message(self) -> bytes:
-        item_id = f"msg_{uuid.uuid4().hex}"
+        item_id = item_id_of("msg", self._head["id"], len(self.output))
         index = len(self.output)
         item: dict[str, Any] = {
             "id": item_id,
@@ -158,7 +158,7 @@ class ResponseEncoder:
         return out + self._event("response.output_item.done", {"output_index": index, "item": item})
 
     def _function_call(self, call: ToolCallOut) -> bytes:
-        item_id = f"fc_{uuid.uuid4().hex}"
+        item_id = item_id_of("fc", self._head["id"], len(self.output))
         index = len(self.output)
         item = {
             "id": item_id,

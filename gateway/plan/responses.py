@@ -26,7 +26,14 @@ from gateway.errors import InvalidRequestError
 from gateway.models.catalog import ModelCatalog
 from gateway.plan.prepare import RequestContext, prepare_chat, session_key_of
 from gateway.plan.requests import SAMPLING_EXTRAS, ChatCompletionRequest
-from gateway.plan.responses_input import history_items, load_chain, new_id, normalize_input, to_chat_messages
+from gateway.plan.responses_input import (
+    history_items,
+    load_chain,
+    new_id,
+    normalize_input,
+    resolve_references,
+    to_chat_messages,
+)
 from gateway.plan.responses_request import ResponsesRequest, TextConfig
 from gateway.store.base import ResponseStore
 
@@ -63,10 +70,11 @@ async def prepare_response(
     owner: str,
 ) -> ResponsesPlan:
     check_supported(body)
-    own_items = normalize_input(body.input)
+    response_id = new_id("resp")
+    own_items = normalize_input(body.input, response_id)
     chain = await load_chain(store, body.previous_response_id, owner, settings.max_messages)
     history = history_items(chain)
-    response_id = new_id("resp")
+    own_items = await resolve_references(own_items, history, store, owner)
     # A conversation's turns share its root response's id as their session key, so a chain of
     # previous_response_id stays on one Triton replica without the client naming a session.
     root = chain[-1].id if chain else response_id

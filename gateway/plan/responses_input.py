@@ -29,13 +29,35 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex}"
 
 
-def normalize_input(value: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The request's ``input`` as normalized items (a string is one user message)."""
+def item_id_of(prefix: str, response_id: str, position: str | int) -> str:
+    """An item's id, as this gateway issues them: its kind, its response's id and its place there
+    (``in<n>`` for the n-th input item that came without an id, the index for an output item).
+    A later request that names the item (``item_reference``) finds it through the response its id
+    names (``resolve_references``): no index of items in the store."""
+    return f"{prefix}_{response_id.removeprefix('resp_')}_{position}"
+
+
+def response_of_item(item_id: str) -> str | None:
+    """The response an item id of ``item_id_of``'s names, None for any other id."""
+    parts = item_id.split("_")
+    return f"resp_{parts[1]}" if len(parts) == 3 and len(parts[1]) == 32 else None
+
+
+def normalize_input(value: str | list[dict[str, Any]], response_id: str) -> list[dict[str, Any]]:
+    """The request's ``input`` as normalized items (a string is one user message). An
+    ``item_reference`` stays a reference until ``resolve_references`` replaces it."""
     if isinstance(value, str):
-        return [_message_item(None, "user", [_text_part("user", value)])]
+        return [_message_item(item_id_of("msg", response_id, "in0"), "user", [_text_part("user", value)])]
     if not value:
         raise InvalidRequestError("'input' must not be an empty array", param="input")
-    return [_normalize_item(item, f"input.{index}") for index, item in enumerate(value)]
+    items = [_normalize_item(item, f"input.{index}") for index, item in enumerate(value)]
+    for index, item in enumerate(items):
+        if not item["id"]:
+            item["id"] = item_id_of(_ID_PREFIXES[item["type"]], response_id, f"in{index}")
+    return items
+
+
+_ID_PREFIXES = {"message": "msg", "function_call": "fc", "function_call_output": "fco"}
 
 
 def _normalize_item(item: dict[str, Any], where: str) -> dict[str, Any]:
@@ -46,7 +68,7 @@ def _normalize_item(item: dict[str, Any], where: str) -> dict[str, Any]:
         return _normalize_message(item, where)
     if kind == "function_call":
         return {
-            "id": _optional_id(item, where) or new_id("fc"),
+            "id": _optional_id(item, where),
             "type": "function_call",
             "call_id": _string(item, "call_id", where),
             "name": _string(item, "name", where),
@@ -55,20 +77,17 @@ def _normalize_item(item: dict[str, Any], where: str) -> dict[str, Any]:
         }
     if kind == "function_call_output":
         return {
-            "id": _optional_id(item, where) or new_id("fco"),
+            "id": _optional_id(item, where),
             "type": "function_call_output",
             "call_id": _string(item, "call_id", where),
             "output": _output_text(item.get("output"), f"{where}.output"),
             "status": "completed",
         }
     if kind == "item_reference":
-        raise InvalidRequestError(
-            "input items of type 'item_reference' are not supported: send the item itself, or continue a stored "
-            "conversation with previous_response_id",
-            param=f"{where}.type",
-        )
+        return {"type": "item_reference", "id": _string(item, "id", where)}
     raise InvalidRequestError(
-        f"input items of type {kind!r} are not supported: use message, function_call and function_call_output items",
+        f"input items of type {kind!r} are not supported: use message, function_call, function_call_output and "
+        "item_reference items",
         param=f"{where}.type",
     )
 
@@ -108,7 +127,7 @@ def _text_part(role: str, text: str) -> dict[str, Any]:
 
 
 def _message_item(item_id: str | None, role: str, parts: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"id": item_id or new_id("msg"), "type": "message", "role": role, "content": parts, "status": "completed"}
+    return {"id": item_id, "type": "message", "role": role, "content": parts, "status": "completed"}
 
 
 def _optional_id(item: dict[str, Any], where: str) -> str | None:
@@ -187,6 +206,39 @@ async def load_chain(
         chain.append(stored)
         next_id = stored.previous_response_id
     return chain
+
+
+async def resolve_references(
+    items: list[dict[str, Any]], history: list[dict[str, Any]], store: ResponseStore | None, owner: str
+) -> list[dict[str, Any]]:
+    """``items`` with each ``item_reference`` replaced by the item it names: one of the stored
+    conversation's (``history``), else one of the response its id names, read for this API key
+    (``item_id_of``). An id no stored response of this key holds is a 400 naming it, as is any
+    reference with the store turned off."""
+    if not any(item["type"] == "item_reference" for item in items):
+        return items
+    known = {item["id"]: item for item in history}
+    resolved = []
+    for index, item in enumerate(items):
+        if item["type"] == "item_reference":
+            item = known.get(item["id"]) or await _stored_item(item["id"], store, owner, f"input.{index}.id")
+        resolved.append(item)
+    return resolved
+
+
+async def _stored_item(item_id: str, store: ResponseStore | None, owner: str, where: str) -> dict[str, Any]:
+    if store is None:
+        raise InvalidRequestError(
+            f"input item references need stored responses, and storing responses is turned off on this gateway: "
+            f"send the item '{item_id}' itself",
+            param=where,
+        )
+    response_id = response_of_item(item_id)
+    stored = await store.get(response_id, owner) if response_id is not None else None
+    for candidate in (*stored.input_items, *(stored.response.get("output") or ())) if stored is not None else ():
+        if candidate.get("id") == item_id and candidate.get("type") != "item_reference":
+            return dict(candidate)
+    raise InvalidRequestError(f"Item with id '{item_id}' not found.", param=where)
 
 
 def to_chat_messages(items: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[int]]:

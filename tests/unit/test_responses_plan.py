@@ -17,7 +17,13 @@ from gateway.plan.responses import (
     responses_param,
     to_chat_request,
 )
-from gateway.plan.responses_input import load_history, normalize_input, to_chat_messages
+from gateway.plan.responses_input import (
+    load_history,
+    normalize_input,
+    resolve_references,
+    response_of_item,
+    to_chat_messages,
+)
 from gateway.plan.responses_request import ResponsesRequest
 from gateway.store.base import StoredResponse
 
@@ -33,9 +39,13 @@ def request(**fields: Any) -> ResponsesRequest:
     return ResponsesRequest.model_validate({"model": "m", "input": "hi", **fields})
 
 
-def test_a_string_input_is_one_user_message_with_an_id() -> None:
-    (item,) = normalize_input("hello")
-    assert item["id"].startswith("msg_")
+RESPONSE = "resp_" + "ab" * 16
+
+
+def test_a_string_input_is_one_user_message_with_an_id_naming_its_response() -> None:
+    (item,) = normalize_input("hello", RESPONSE)
+    assert item["id"] == "msg_" + "ab" * 16 + "_in0"
+    assert response_of_item(item["id"]) == RESPONSE
     assert item == {
         "id": item["id"],
         "type": "message",
@@ -52,7 +62,8 @@ def test_items_are_normalized_and_keep_given_ids() -> None:
             {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "a"}]},
             {"type": "function_call", "call_id": "call_1", "name": "f", "arguments": "{}"},
             {"type": "function_call_output", "call_id": "call_1", "output": [{"type": "input_text", "text": "ok"}]},
-        ]
+        ],
+        RESPONSE,
     )
     assert items[0]["id"] == "msg_given"
     assert items[0]["content"] == [{"type": "output_text", "text": "Hi!", "annotations": []}]
@@ -70,13 +81,13 @@ def test_items_are_normalized_and_keep_given_ids() -> None:
         ([{"role": "user", "content": [{"type": "input_text"}]}], "input.0.content.0.text"),
         ([{"type": "function_call", "call_id": "c", "name": "f"}], "input.0.arguments"),
         ([{"type": "function_call_output", "call_id": "c"}], "input.0.output"),
-        ([{"type": "item_reference", "id": "msg_1"}], "input.0.type"),
+        ([{"type": "item_reference"}], "input.0.id"),
         ([{"role": "user", "content": "ok"}, {"type": "web_search_call"}], "input.1.type"),
     ],
 )
 def test_bad_items_name_the_exact_field(value: Any, param: str) -> None:
     with pytest.raises(InvalidRequestError) as info:
-        normalize_input(value)
+        normalize_input(value, RESPONSE)
     assert info.value.param == param
 
 
@@ -90,7 +101,8 @@ def test_calls_join_the_assistant_message_before_them_and_outputs_are_tool_messa
             {"type": "function_call_output", "call_id": "c1", "output": "one"},
             {"type": "function_call_output", "call_id": "c2", "output": "two"},
             {"type": "function_call", "call_id": "c3", "name": "f", "arguments": "{}"},
-        ]
+        ],
+        RESPONSE,
     )
     messages, sources = to_chat_messages(items)
     assert messages == [
@@ -116,7 +128,7 @@ def test_calls_join_the_assistant_message_before_them_and_outputs_are_tool_messa
 
 def test_text_parts_join_with_newlines_as_chat_joins_them() -> None:
     items = normalize_input(
-        [{"role": "user", "content": [{"type": "input_text", "text": "a"}, {"type": "text", "text": "b"}]}]
+        [{"role": "user", "content": [{"type": "input_text", "text": "a"}, {"type": "text", "text": "b"}]}], RESPONSE
     )
     assert to_chat_messages(items)[0] == [{"role": "user", "content": "a\nb"}]
 
@@ -154,7 +166,7 @@ def stored(response_id: str, previous: str | None, said: str, owner: str = "") -
         owner=owner,
         created_at=0.0,
         response={"id": response_id, "output": output},
-        input_items=normalize_input(f"asked {said}"),
+        input_items=normalize_input(f"asked {said}", RESPONSE),
         previous_response_id=previous,
     )
 
@@ -322,3 +334,59 @@ def test_the_head_echoes_the_request() -> None:
     }
     assert head["parallel_tool_calls"] is False and head["status"] == "in_progress" and head["truncation"] == "disabled"
     assert response_head(request(), "resp_2", 5, False)["text"] == {"format": {"type": "text"}}
+
+
+def stored_with_ids(response_id: str, owner: str = "") -> StoredResponse:
+    """A response as the gateway stores it: its items' ids name it (``item_id_of``)."""
+    hexes = response_id.removeprefix("resp_")
+    output = [{"id": f"msg_{hexes}_0", "type": "message", "role": "assistant", "content": [_said("hello")]}]
+    return StoredResponse(
+        id=response_id,
+        owner=owner,
+        created_at=0.0,
+        response={"id": response_id, "output": output},
+        input_items=normalize_input("hi", response_id),
+        previous_response_id=None,
+    )
+
+
+def _said(text: str) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": []}
+
+
+async def test_a_reference_is_replaced_by_the_stored_item_it_names() -> None:
+    first = "resp_" + "cd" * 16
+    store = DictStore(stored_with_ids(first, owner="key"))
+    items = normalize_input(
+        [
+            {"type": "item_reference", "id": "msg_" + "cd" * 16 + "_in0"},
+            {"type": "item_reference", "id": "msg_" + "cd" * 16 + "_0"},
+            {"role": "user", "content": "and now?"},
+        ],
+        RESPONSE,
+    )
+    resolved = await resolve_references(items, [], store, "key")  # type: ignore[arg-type]
+    assert [m["content"] for m in to_chat_messages(resolved)[0]] == ["hi", "hello", "and now?"]
+    assert resolved[1]["id"] == "msg_" + "cd" * 16 + "_0"
+
+
+async def test_a_reference_in_the_chain_needs_no_store_read() -> None:
+    history = [{"id": "msg_x", "type": "message", "role": "assistant", "content": [_said("from chain")]}]
+    items = normalize_input([{"type": "item_reference", "id": "msg_x"}], RESPONSE)
+    assert (await resolve_references(items, history, None, ""))[0] == history[0]
+
+
+@pytest.mark.parametrize("item_id", ["msg_" + "cd" * 16 + "_7", "msg_unknown", "msg_" + "ef" * 16 + "_0"])
+async def test_an_unknown_or_another_keys_item_is_a_400_naming_it(item_id: str) -> None:
+    store = DictStore(stored_with_ids("resp_" + "cd" * 16, owner="key"), stored_with_ids("resp_" + "ef" * 16, "other"))
+    items = normalize_input([{"role": "user", "content": "x"}, {"type": "item_reference", "id": item_id}], RESPONSE)
+    with pytest.raises(InvalidRequestError) as info:
+        await resolve_references(items, [], store, "key")  # type: ignore[arg-type]
+    assert (info.value.param, info.value.message) == ("input.1.id", f"Item with id '{item_id}' not found.")
+
+
+async def test_a_reference_with_the_store_off_says_why() -> None:
+    items = normalize_input([{"type": "item_reference", "id": "msg_" + "cd" * 16 + "_0"}], RESPONSE)
+    with pytest.raises(InvalidRequestError) as info:
+        await resolve_references(items, [], None, "")
+    assert info.value.param == "input.0.id" and "storing responses is turned off" in info.value.message
