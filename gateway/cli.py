@@ -147,6 +147,7 @@ def _run(settings: Settings) -> int:
             extra_args=extra,
             auto_complete_config=settings.triton_auto_complete_config,
             working_dir=working_dir,
+            ready_timeout=settings.triton_start_timeout,
         )
         try:
             triton.start()

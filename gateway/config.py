@@ -192,6 +192,11 @@ class Settings(BaseSettings):
     (``<model>/1/model.json`` → ``"model"``), context length and LoRA adapters
     (``<model>/1/multi_lora.json``). Embedded mode defaults it to the shipped tiny model."""
 
+    triton_start_timeout: float = Field(default=600.0, gt=0.0)
+    """Embedded mode: seconds to wait for tritonserver to be ready before giving up. A real model
+    takes minutes to load (weights read, an engine built), more on a busy machine; a line every
+    15 s says how long it has been waiting."""
+
     triton_auto_complete_config: bool = True
     """Embedded mode: let Triton complete each model's ``config.pbtxt`` (Triton's default), so a
     repository built for NVIDIA's vLLM container, whose config names no inputs or outputs, loads

@@ -248,6 +248,10 @@ def free_port() -> int:
                 return port
 
 
+READY_REPORT_EVERY = 15.0
+"""Seconds between the lines that say the launcher is still waiting for Triton to be ready."""
+
+
 @dataclass
 class TritonServer:
     """One tritonserver process. Use as a context manager or call ``start``/``stop``."""
@@ -257,7 +261,7 @@ class TritonServer:
     grpc_port: int = 0
     http_port: int = 0
     metrics_port: int = 0
-    ready_timeout: float = 120.0
+    ready_timeout: float = 600.0
     extra_args: tuple[str, ...] = ()
     extra_env: dict[str, str] = field(default_factory=dict)
     auto_complete_config: bool = True
@@ -378,9 +382,18 @@ class TritonServer:
         return self
 
     def _wait_ready(self) -> None:
-        deadline = time.monotonic() + self.ready_timeout
+        started = time.monotonic()
+        deadline, report = started + self.ready_timeout, started + READY_REPORT_EVERY
         url = f"http://127.0.0.1:{self.http_port}/v2/health/ready"
         while time.monotonic() < deadline:
+            if time.monotonic() >= report:
+                report += READY_REPORT_EVERY
+                logger.info(
+                    "waiting for tritonserver to be ready: %.0f s of at most %.0f s (log: %s)",
+                    time.monotonic() - started,
+                    self.ready_timeout,
+                    self.log_file,
+                )
             code = None if self._process is None else self._process.poll()
             if self._process is None or code is not None:
                 killed_by = _signal_name(-code) if code is not None and code < 0 else None

@@ -1,5 +1,6 @@
 """A Responses request's conversation: its ``input`` items, the stored chain before them, and the
-chat messages they all become. Pure, apart from reading the store for the chain.
+chat messages they all become. Pure, apart from reading the store for the chain and for the items
+an ``item_reference`` names.
 
 Items are normalized once, when they arrive: every message gets typed content parts (``input_text``
 for user, system and developer, ``output_text`` for the assistant), every item an id and a
