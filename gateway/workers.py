@@ -67,30 +67,26 @@ def worker_settings(settings: Settings, index: int) -> Settings:
     (``core.admission.worker_share`` says how they round)."""
     n = settings.workers
 
-    def slots(limit: int) -> int:
-        return worker_share(limit, n, index, zero_is_unlimited=True)
+    def slots(limit: int | None) -> int | None:
+        return None if limit is None else worker_share(limit, n, index, zero_is_unlimited=True)
 
-    def queue(limit: int) -> int:
-        return worker_share(limit, n, index, zero_is_unlimited=False)
+    def queue(limit: int | None) -> int | None:
+        return None if limit is None else worker_share(limit, n, index, zero_is_unlimited=False)
 
     per_model = {
         model: limits.model_copy(
             update={
-                "max_concurrent_requests": None
-                if limits.max_concurrent_requests is None
-                else slots(limits.max_concurrent_requests),
-                "max_queue_size": None if limits.max_queue_size is None else queue(limits.max_queue_size),
+                "max_concurrent_requests": slots(limits.max_concurrent_requests),
+                "max_queue_size": queue(limits.max_queue_size),
             }
         )
         for model, limits in settings.model_limits.items()
     }
-    return settings.model_copy(
-        update={
-            "max_concurrent_requests": slots(settings.max_concurrent_requests),
-            "max_queue_size": queue(settings.max_queue_size),
-            "model_limits": per_model,
-        }
-    )
+    update = {
+        "max_concurrent_requests": slots(settings.max_concurrent_requests),
+        "max_queue_size": queue(settings.max_queue_size),
+    }
+    return settings.model_copy(update={**update, "model_limits": per_model})
 
 
 def bind_socket(host: str, port: int) -> socket.socket:

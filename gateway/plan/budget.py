@@ -13,22 +13,12 @@ in place.
 from __future__ import annotations
 
 from collections.abc import Callable
-from enum import Enum
 from functools import partial
-from typing import Final
 
 from gateway.config import Settings
 from gateway.errors import ContextLengthExceededError, InvalidRequestError
 from gateway.models.catalog import ServedModel
 from gateway.models.tokens import TokenCounter, count_tokens
-
-
-class _Here(Enum):
-    COUNT = "count"
-
-
-COUNT_HERE: Final = _Here.COUNT
-"""``token_budget``'s default: count the prompt in place."""
 
 
 def count_prompt_tokens(model: ServedModel, prompt: str) -> int | None:
@@ -129,20 +119,18 @@ def token_budget(
     *,
     min_tokens: int | None = None,
     param: str = "prompt",
-    prompt_tokens: int | None | _Here = COUNT_HERE,
 ) -> tuple[int, int | None]:
-    """``max_tokens`` to send (never over the model's configured cap), and the prompt's count.
+    """``max_tokens`` to send (never over the model's configured cap), and the prompt's count,
+    always counted in place: what ``plan_budget`` must agree with (its property test).
 
     Refuses, as vLLM would, a prompt of no tokens (``param`` names where it came from) and a
     ``min_tokens`` over the ``max_tokens`` sent: the default ``max_tokens`` counts too, since
-    the backend compares with what it receives. ``prompt_tokens``: the count when the caller
-    made it (None: not counted), else it is counted here.
+    the backend compares with what it receives.
     """
     cap = settings.limits_for(model.name)[2]
     check_prompt_limits(prompt, requested, max_prompt_chars=settings.max_prompt_chars, max_tokens_cap=cap)
-    if prompt_tokens is COUNT_HERE:
-        prompt_tokens = count_prompt_tokens(model, prompt)
-    return _budget(requested, model, prompt, settings, min_tokens=min_tokens, param=param, prompt_tokens=prompt_tokens)
+    counted = count_prompt_tokens(model, prompt)
+    return _budget(requested, model, prompt, settings, min_tokens=min_tokens, param=param, prompt_tokens=counted)
 
 
 def _budget(

@@ -154,14 +154,6 @@ def _output_text(value: Any, where: str) -> str:
     raise InvalidRequestError("a function_call_output needs an 'output' string or text parts", param=where)
 
 
-async def load_history(
-    store: ResponseStore | None, previous_id: str | None, owner: str, max_depth: int
-) -> list[dict[str, Any]]:
-    """The items of every stored response before this one, oldest first: each one's own input,
-    then its output. Instructions are not carried over (OpenAI's rule: each request gives its own)."""
-    return history_items(await load_chain(store, previous_id, owner, max_depth))
-
-
 def history_items(chain: list[StoredResponse]) -> list[dict[str, Any]]:
     """``load_chain``'s responses (newest first) as conversation items, oldest first."""
     items: list[dict[str, Any]] = []

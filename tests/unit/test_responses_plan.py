@@ -18,7 +18,8 @@ from gateway.plan.responses import (
     to_chat_request,
 )
 from gateway.plan.responses_input import (
-    load_history,
+    history_items,
+    load_chain,
     normalize_input,
     resolve_references,
     response_of_item,
@@ -173,27 +174,27 @@ def stored(response_id: str, previous: str | None, said: str, owner: str = "") -
 
 async def test_history_is_the_chain_oldest_first_inputs_then_outputs() -> None:
     store = DictStore(stored("r1", None, "one"), stored("r2", "r1", "two"))
-    items = await load_history(store, "r2", "", max_depth=10)
+    items = history_items(await load_chain(store, "r2", "", max_depth=10))
     texts = [item["content"][0]["text"] for item in items]
     assert texts == ["asked one", "one", "asked two", "two"]
-    assert await load_history(store, None, "", max_depth=10) == []
+    assert history_items(await load_chain(store, None, "", max_depth=10)) == []
 
 
 async def test_a_missing_link_another_owner_or_a_too_long_chain_is_a_400() -> None:
     store = DictStore(stored("r2", "r1", "two"), stored("r3", None, "three", owner="alice"))
     with pytest.raises(InvalidRequestError) as info:
-        await load_history(store, "r2", "", max_depth=10)
+        history_items(await load_chain(store, "r2", "", max_depth=10))
     assert info.value.code == "previous_response_not_found" and "'r1'" in info.value.message
     assert "earlier in the conversation of 'r2'" in info.value.message
     with pytest.raises(InvalidRequestError):
-        await load_history(store, "r3", "bob", max_depth=10)
-    assert len(await load_history(store, "r3", "alice", max_depth=10)) == 2
+        history_items(await load_chain(store, "r3", "bob", max_depth=10))
+    assert len(history_items(await load_chain(store, "r3", "alice", max_depth=10))) == 2
     long = DictStore(*(stored(f"r{i}", f"r{i - 1}" if i else None, str(i)) for i in range(5)))
     with pytest.raises(InvalidRequestError) as info:
-        await load_history(long, "r4", "", max_depth=3)
+        history_items(await load_chain(long, "r4", "", max_depth=3))
     assert info.value.param == "previous_response_id" and "more than 3" in info.value.message
     with pytest.raises(InvalidRequestError) as info:
-        await load_history(None, "r4", "", max_depth=3)
+        history_items(await load_chain(None, "r4", "", max_depth=3))
     assert "turned off" in info.value.message
 
 
