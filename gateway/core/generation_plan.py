@@ -25,6 +25,9 @@ class ToolPlan:
     """False: only the first call of a choice is kept (``parallel_tool_calls: false``)."""
     forced_name: str | None = None
     """The function a named ``tool_choice`` forces (its output is that function's arguments)."""
+    legacy_functions: bool = False
+    """The request used ``functions``: the call is answered as ``function_call`` (OpenAI's
+    deprecated shape, finish reason ``function_call``), not as ``tool_calls``."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,7 @@ class CompletionAnswer:
             model=plan.model_id,
             choices=plan.choices,
             logprobs=plan.logprobs is not None,
+            legacy_functions=plan.tools is not None and plan.tools.legacy_functions,
         )
         try:
             async for events in generation:
@@ -65,6 +66,7 @@ class ChunkEncoding:
             framing=DATA_FRAMING,
             include_usage=plan.include_usage,
             continuous_usage=plan.continuous_usage,
+            legacy_functions=plan.tools is not None and plan.tools.legacy_functions,
         )
         self._choices = plan.choices
         self._usage = ContinuousUsage(plan.choices) if plan.continuous_usage else None

@@ -33,6 +33,20 @@ def _call_arguments(call: ToolCallOut) -> bytes:
     return b'{"tool_calls":[' + orjson.dumps(body) + b"]}"
 
 
+def _function_call_opening(call: ToolCallOut) -> bytes:
+    """The deprecated ``function_call`` delta: the name first, as ``_call_opening``."""
+    return b'{"function_call":' + orjson.dumps({"name": call.name, "arguments": ""}) + b"}"
+
+
+def _function_call_arguments(call: ToolCallOut) -> bytes:
+    return b'{"function_call":' + orjson.dumps({"arguments": call.arguments}) + b"}"
+
+
+def _finish(reason: str | None, legacy_functions: bool) -> str | None:
+    """OpenAI's finish reason of a turn that called a deprecated ``functions`` entry."""
+    return "function_call" if legacy_functions and reason == "tool_calls" else reason
+
+
 def tool_call_object(call: ToolCallOut) -> dict[str, Any]:
     return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
 
@@ -51,8 +65,13 @@ class ChunkEncoder:
         framing: Framing,
         include_usage: bool = False,
         continuous_usage: bool = False,
+        legacy_functions: bool = False,
     ) -> None:
         self._chat = chat
+        self._legacy_functions = legacy_functions
+        self._call_deltas = (
+            (_function_call_opening, _function_call_arguments) if legacy_functions else (_call_opening, _call_arguments)
+        )
         obj = "chat.completion.chunk" if chat else "text_completion"
         head = {"id": completion_id, "object": obj, "created": created, "model": model}
         prefix, self._suffix = framing
@@ -110,12 +129,14 @@ class ChunkEncoder:
                     delta = orjson.dumps(text)
                 out.append(self._chunk(self._choice(index, delta, None, logprobs), usage))
             if tool_calls is not None:
+                call_opening, call_arguments = self._call_deltas
                 for call in tool_calls:
-                    out.append(self._chunk(self._choice(index, _call_opening(call), None, None), usage))
-                    out.append(self._chunk(self._choice(index, _call_arguments(call), None, None), usage))
+                    out.append(self._chunk(self._choice(index, call_opening(call), None, None), usage))
+                    out.append(self._chunk(self._choice(index, call_arguments(call), None, None), usage))
             if finish_reason is not None:
                 delta = b"{}" if self._chat else b'""'
-                out.append(self._chunk(self._choice(index, delta, finish_reason, None), usage))
+                finish = _finish(finish_reason, self._legacy_functions)
+                out.append(self._chunk(self._choice(index, delta, finish, None), usage))
         return b"".join(out)
 
     def _text_opening(self, index: int) -> bytes:
@@ -138,9 +159,11 @@ def completion_object(
     logprobs: Sequence[Any] | None,
     usage: Usage,
     tool_calls: Sequence[Sequence[ToolCallOut]] | None = None,
+    legacy_functions: bool = False,
 ) -> dict[str, Any]:
     """A whole ``chat.completion`` or ``text_completion`` object. A chat choice that made tool
-    calls has ``content`` null when it said nothing else, as OpenAI answers."""
+    calls has ``content`` null when it said nothing else, as OpenAI answers; with
+    ``legacy_functions`` its one call is ``message.function_call``."""
     choices = []
     for i, text in enumerate(texts):
         choice: dict[str, Any] = {"index": i}
@@ -150,12 +173,16 @@ def completion_object(
                 "role": "assistant",
                 "content": text if (text or not calls) else None,
                 "refusal": None,
-                "tool_calls": [tool_call_object(call) for call in calls] if calls else None,
+                "tool_calls": [tool_call_object(call) for call in calls] if calls and not legacy_functions else None,
             }
+            if legacy_functions:
+                choice["message"]["function_call"] = (
+                    {"name": calls[0].name, "arguments": calls[0].arguments} if calls else None
+                )
         else:
             choice["text"] = text
         choice["logprobs"] = logprobs[i] if logprobs is not None else None
-        choice["finish_reason"] = finish_reasons[i]
+        choice["finish_reason"] = _finish(finish_reasons[i], legacy_functions)
         choices.append(choice)
     return {
         "id": completion_id,
@@ -172,10 +199,24 @@ class CompletionBuilder:
     """Collects a non-streaming request's choice events into its one response object."""
 
     def __init__(
-        self, *, chat: bool, completion_id: str, created: int, model: str, choices: int, logprobs: bool
+        self,
+        *,
+        chat: bool,
+        completion_id: str,
+        created: int,
+        model: str,
+        choices: int,
+        logprobs: bool,
+        legacy_functions: bool = False,
     ) -> None:
         self._chat = chat
-        self._head: dict[str, Any] = {"chat": chat, "completion_id": completion_id, "created": created, "model": model}
+        self._head: dict[str, Any] = {
+            "chat": chat,
+            "completion_id": completion_id,
+            "created": created,
+            "model": model,
+            "legacy_functions": legacy_functions,
+        }
         self._texts: list[list[str]] = [[] for _ in range(choices)]
         self._logprobs: list[list[Any]] | None = [[] for _ in range(choices)] if logprobs else None
         self._calls: list[list[ToolCallOut]] | None = None

@@ -3,7 +3,8 @@
 ``prepare_chat`` and ``prepare_completion`` are the whole order of a request, top to bottom, each
 stage one call into the module that owns it, none calling back into an earlier one:
 
-1. check the body alone (``limits``: the gateway's own caps on ``n``, messages, options);
+1. check the body alone (``limits``: the gateway's own caps on ``n``, messages, options; chat's
+   deprecated ``functions`` read as ``tools``);
 2. resolve the model and adapter (``models.resolve``, on the catalog's snapshot);
 3. check the body against the model (``validate``: what vLLM would refuse);
 4. tools (``tools``: what ``tools``/``tool_choice`` do to the prompt, the sampling, the reading);
@@ -34,7 +35,7 @@ from gateway.plan.completions import check_completion_options, completion_prompt
 from gateway.plan.limits import check_chat_limits, check_sampling_limits
 from gateway.plan.requests import ChatCompletionRequest, CompletionRequest, SamplingFields
 from gateway.plan.sampling import stop_list, to_generation_requests
-from gateway.plan.tools import NO_TOOLS, ToolsDecision, plan_tools
+from gateway.plan.tools import NO_TOOLS, ToolsDecision, from_legacy_functions, plan_tools
 from gateway.plan.validate import check_request
 from gateway.tools.registry import PARSERS
 
@@ -112,7 +113,8 @@ def _plan(
 async def prepare_chat(
     body: ChatCompletionRequest, context: RequestContext, catalog: ModelCatalog, settings: Settings
 ) -> GenerationPlan:
-    check_chat_limits(body, max_n=settings.max_n, max_messages=settings.max_messages)  # 1
+    body = from_legacy_functions(body)  # 1
+    check_chat_limits(body, max_n=settings.max_n, max_messages=settings.max_messages)
     resolved = resolve_model(body.model, await catalog.models(), settings.lora_separator)  # 2
     check_request(body, resolved.model, settings)  # 3
     tools: ToolsDecision = plan_tools(body, resolved.model) if body.tools else NO_TOOLS  # 4

@@ -157,6 +157,11 @@ class ChatCompletionRequest(SamplingFields):
     tools: list[dict[str, Any]] | None = None
     tool_choice: Any = None
     parallel_tool_calls: bool | None = None
+    functions: list[dict[str, Any]] | None = None
+    """OpenAI's deprecated form of ``tools`` (one function call per turn), answered in its own
+    shape (``message.function_call``); ``plan.tools.legacy_functions``."""
+    function_call: Any = None
+    """The deprecated form of ``tool_choice``: ``"none"``, ``"auto"`` or ``{"name": ...}``."""
     reasoning_effort: ReasoningEffort | None = None
     """Reaches the chat template as its ``reasoning_effort`` variable, as vLLM passes it; a template
     without a reasoning mode ignores it, as OpenAI's non-reasoning models do."""

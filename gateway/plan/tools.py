@@ -51,6 +51,32 @@ class ToolsDecision:
 NO_TOOLS = ToolsDecision(None, None, None)
 
 
+def from_legacy_functions(body: ChatCompletionRequest) -> ChatCompletionRequest:
+    """``functions`` / ``function_call`` (OpenAI's deprecated fields, still sent by older LangChain
+    and LlamaIndex code) as the ``tools`` / ``tool_choice`` they mean, one call per turn; the
+    request keeps ``functions`` set, so its answer takes the deprecated shape."""
+    if body.functions is None:
+        if body.function_call is not None:
+            raise InvalidRequestError("`function_call` needs `functions`.", param="function_call")
+        return body
+    if body.tools is not None:
+        raise InvalidRequestError(
+            "Send `functions` or `tools`, not both (`functions` is deprecated).", param="functions"
+        )
+    if not body.functions:
+        raise InvalidRequestError("`functions` must not be an empty array.", param="functions")
+    choice: Any = body.function_call
+    if isinstance(choice, dict) and isinstance(choice.get("name"), str):
+        choice = {"type": "function", "function": {"name": choice["name"]}}
+    elif choice not in (None, "none", "auto"):
+        raise InvalidRequestError(
+            f'Invalid value for `function_call`: {choice!r}; use "none", "auto" or {{"name": "my_function"}}.',
+            param="function_call",
+        )
+    tools = [{"type": "function", "function": function} for function in body.functions]
+    return body.model_copy(update={"tools": tools, "tool_choice": choice, "parallel_tool_calls": False})
+
+
 def plan_tools(body: ChatCompletionRequest, model: ServedModel) -> ToolsDecision:
     """Decide tool calling for a request whose ``tools``/``tool_choice`` agree (``validate.py``)."""
     if not body.tools:
@@ -58,6 +84,7 @@ def plan_tools(body: ChatCompletionRequest, model: ServedModel) -> ToolsDecision
     tools = [_check_tool(tool, index) for index, tool in enumerate(body.tools)]
     names = frozenset(tool["function"]["name"] for tool in tools)
     parallel = body.parallel_tool_calls is not False
+    legacy = body.functions is not None
     choice: Any = body.tool_choice if body.tool_choice is not None else "auto"
     if choice == "none":
         return ToolsDecision(None if model.exclude_tools_when_none else tools, None, None)
@@ -70,7 +97,7 @@ def plan_tools(body: ChatCompletionRequest, model: ServedModel) -> ToolsDecision
                 "or use tool_choice 'required' or a named function.",
                 param="tool_choice",
             )
-        return ToolsDecision(tools, ToolPlan(model.tool_parser, names, parallel), None)
+        return ToolsDecision(tools, ToolPlan(model.tool_parser, names, parallel, legacy_functions=legacy), None)
     _check_enforceable(model)
     if choice == "required":
         functions = [(tool["function"]["name"], tool["function"].get("parameters")) for tool in tools]
@@ -79,7 +106,8 @@ def plan_tools(body: ChatCompletionRequest, model: ServedModel) -> ToolsDecision
     name = choice["function"]["name"]  # validate.py checked the shape and that the tool exists
     tool = next(tool for tool in tools if tool["function"]["name"] == name)
     schema = named_call_schema(tool["function"].get("parameters"))
-    return ToolsDecision(tools, ToolPlan(FORCED_NAMED, frozenset({name}), parallel, forced_name=name), schema)
+    forced = ToolPlan(FORCED_NAMED, frozenset({name}), parallel, forced_name=name, legacy_functions=legacy)
+    return ToolsDecision(tools, forced, schema)
 
 
 def _check_enforceable(model: ServedModel) -> None:
