@@ -1,0 +1,79 @@
+"""What every framework's test asks for: one function tool and one structured output, both with
+closed value sets, so tiny-llm's enforced answers stay short and are checkable; and a recorder of
+the requests a client sent."""
+
+import json
+from typing import Any, Literal
+
+import httpx
+from pydantic import BaseModel, Field
+
+MODEL = "tiny-llm"
+# Every Python client's requests carry this seed, so a run replays: a failure is reproducible.
+SEED = 0
+City = Literal["Paris", "Tokyo", "Lima"]
+# A closed set, not an int with bounds: LlamaIndex's FunctionTool drops Annotated bounds, and an
+# unbounded integer lets tiny-llm write digits to the context's end.
+Days = Literal[1, 2, 3, 4, 5, 6, 7]
+
+
+class WeatherArgs(BaseModel):
+    """The tool's arguments, as its schema asks for them (a schema that does not close the object
+    allows more, which are ignored)."""
+
+    city: City
+    unit: Literal["c", "f"]
+    days: Days
+
+
+class Forecast(BaseModel):
+    """A forecast."""
+
+    city: City
+    sunny: bool
+    days: int = Field(ge=1, le=7)
+
+
+def get_weather(city: City, unit: Literal["c", "f"], days: Days) -> str:
+    """The weather forecast for a city."""
+    return f"{city}: clear for {days} days (unit {unit})"
+
+
+def check_weather_call(name: str, arguments: dict[str, Any] | str) -> WeatherArgs:
+    """A call of get_weather whose arguments fit its schema."""
+    assert name == "get_weather"
+    if isinstance(arguments, str):
+        return WeatherArgs.model_validate_json(arguments)
+    return WeatherArgs.model_validate(arguments)
+
+
+class Recorder:
+    """Every request a client sent through its httpx client, with the answer's status: give
+    ``sync()`` or ``async_()`` to the OpenAI client the framework wraps."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+
+    def _request(self, request: httpx.Request) -> None:
+        body = json.loads(request.content) if request.content else None
+        self.requests.append({"method": request.method, "path": request.url.path, "body": body})
+
+    def _response(self, response: httpx.Response) -> None:
+        self.requests[-1]["status"] = response.status_code
+
+    async def _arequest(self, request: httpx.Request) -> None:
+        self._request(request)
+
+    async def _aresponse(self, response: httpx.Response) -> None:
+        self._response(response)
+
+    def sync(self) -> httpx.Client:
+        return httpx.Client(event_hooks={"request": [self._request], "response": [self._response]}, timeout=120)
+
+    def async_(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(event_hooks={"request": [self._arequest], "response": [self._aresponse]}, timeout=120)
+
+    def bodies(self) -> list[dict[str, Any]]:
+        """The request bodies, after checking every request was answered 200."""
+        assert [(r["path"], r.get("status")) for r in self.requests] == [(r["path"], 200) for r in self.requests]
+        return [r["body"] for r in self.requests]
