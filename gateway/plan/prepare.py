@@ -161,7 +161,10 @@ async def prepare_completion(
     prompts = completion_prompts(body)  # 5 comes first: a prompt the contract cannot take is a 400 about the body
     resolved = resolve_model(body.model, await catalog.models(), settings.lora_separator)  # 2
     check_request(body, resolved.model, settings)  # 3; no tools (4) on legacy completions
-    requested = body.max_tokens if body.max_tokens is not None else settings.completions_default_max_tokens or None
+    requested = body.max_tokens
+    if requested is None and settings.completions_default_max_tokens:  # the legacy default, within the cap
+        cap = settings.limits_for(resolved.model.name)[2]
+        requested = min(settings.completions_default_max_tokens, cap or settings.completions_default_max_tokens)
     requests, budgets, counts = [], [], []
     for position, prompt in enumerate(prompts):
         max_tokens, prompt_tokens = await plan_budget(  # 6

@@ -478,6 +478,13 @@ async def test_legacy_completions_default_to_16_tokens_unless_set_otherwise(tmp_
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
             await client.post("/v1/completions", json=body)
     assert 16 < backend.requests[0].sampling["max_tokens"] < 64  # the room the context leaves
+    backend = ScriptedBackend(text_chunks(b"ok"))
+    app = create_app(Settings(model_repository=[repo], max_tokens_limit=8), backend=backend)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            answered = await client.post("/v1/completions", json=body)
+    assert answered.status_code == 200 and backend.requests[0].sampling["max_tokens"] == 8  # within the cap
 
 
 async def test_request_id_is_echoed_and_sent_to_backend(tmp_path: Path) -> None:
