@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import http.client
 import logging
 import os
 import shutil
@@ -406,7 +407,7 @@ class TritonServer:
                 with urllib.request.urlopen(url, timeout=1) as response:  # noqa: S310 - loopback
                     if response.status == 200:
                         return
-            except (urllib.error.URLError, OSError):
+            except (urllib.error.URLError, OSError, http.client.HTTPException):  # not Triton on the port (yet)
                 pass
             time.sleep(0.2)
         raise TritonLaunchError(f"tritonserver not ready after {self.ready_timeout}s:\n{self.log_tail()}")

@@ -45,3 +45,40 @@ def test_a_server_that_never_gets_ready_is_reported_while_waited_for_then_given_
 def test_the_wait_is_a_setting_with_a_flag_and_a_default_fit_for_real_models() -> None:
     assert Settings().triton_start_timeout == 600.0
     assert build_parser().parse_args(["--triton-start-timeout", "900"]).triton_start_timeout == "900"
+
+
+def test_something_else_answering_on_the_port_is_not_ready_not_a_crash(tmp_path: Path) -> None:
+    """Another process may take Triton's port before Triton binds it (vLLM's engine binds ports
+    of its own while it loads): its bytes are not HTTP, and the wait goes on (Triton then exits on
+    the taken port, and the launcher starts it again on fresh ones)."""
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    stop = threading.Event()
+
+    def answer_garbage() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                connection, _ = listener.accept()
+            except TimeoutError:
+                continue
+            with connection:
+                connection.sendall(b"\xff\xff\xff\x00\x00\x00\x00\xff\r\n\r\n")
+
+    thread = threading.Thread(target=answer_garbage, daemon=True)
+    thread.start()
+    server = TritonServer(tmp_path, log_file=tmp_path / "t.log", ready_timeout=0.8, http_port=listener.getsockname()[1])
+    never_ready = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])  # noqa: S603
+    server._process = never_ready
+    try:
+        with pytest.raises(TritonLaunchError, match="not ready after"):
+            server._wait_ready()
+    finally:
+        stop.set()
+        thread.join()
+        listener.close()
+        never_ready.kill()
+        never_ready.wait()
