@@ -229,7 +229,7 @@ async def _stored_item(item_id: str, store: ResponseStore | None, owner: str, wh
     response_id = response_of_item(item_id)
     stored = await store.get(response_id, owner) if response_id is not None else None
     for candidate in (*stored.input_items, *(stored.response.get("output") or ())) if stored is not None else ():
-        if candidate.get("id") == item_id and candidate.get("type") != "item_reference":
+        if candidate.get("id") == item_id:  # stored input items are already resolved
             return dict(candidate)
     raise InvalidRequestError(f"Item with id '{item_id}' not found.", param=where)
 
