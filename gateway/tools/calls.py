@@ -42,6 +42,25 @@ def load_json(text: str) -> Any:
         return INVALID
 
 
+def _zero(text: str) -> int:
+    return 0
+
+
+def verbatim_object(text: str) -> str | None:
+    """``text`` itself when it is one JSON object, else None.
+
+    For arguments that ``load_json`` refuses only because Python cannot hold a number in them
+    (``1e400``, an integer of thousands of digits): they are valid JSON, and a forced call's
+    text is its arguments, so the model's own spelling goes out instead of the call turning
+    into content (vLLM sends the text as it is, always).
+    """
+    try:
+        value = json.loads(text, parse_constant=_refuse_constant, parse_float=_zero, parse_int=_zero)
+    except (ValueError, RecursionError):
+        return None
+    return text.strip() if isinstance(value, dict) else None
+
+
 def dump_arguments(arguments: dict[str, Any]) -> str | None:
     """The one spelling of a call's arguments (see ``ParsedCall``), or None when it cannot be
     sent: a lone surrogate (``"\\ud83d"`` in the model's JSON or Python string) has no UTF-8

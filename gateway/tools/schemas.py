@@ -13,9 +13,40 @@ from typing import Any
 _NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
 
 
+_COMPOSED = ("allOf", "$ref", "patternProperties", "unevaluatedProperties", "additionalProperties")
+"""An object schema with any of these keys already says what else it admits, or gets its
+properties from elsewhere (closing one ``allOf`` branch would refuse the others' properties)."""
+_SUBSCHEMA_LISTS = ("anyOf", "oneOf", "prefixItems")
+_SUBSCHEMA_MAPS = ("properties", "$defs", "definitions")
+
+
+def closed(schema: Any) -> Any:
+    """``schema`` with every object that lists ``properties`` and is silent on the rest closed
+    (``additionalProperties: false``); a copy, the caller's schema is left alone.
+
+    A forced call's arguments are enforced as a grammar, and an open object lets a small model
+    invent key after key until ``max_tokens`` cuts the call, which then comes back as text. The
+    function takes only the keys it declares anyway, which is what OpenAI's strict mode says.
+    """
+    if not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    for key in _SUBSCHEMA_MAPS:
+        if isinstance(out.get(key), dict):
+            out[key] = {name: closed(sub) for name, sub in out[key].items()}
+    for key in _SUBSCHEMA_LISTS:
+        if isinstance(out.get(key), list):
+            out[key] = [closed(sub) for sub in out[key]]
+    if isinstance(out.get("items"), dict):
+        out["items"] = closed(out["items"])
+    if isinstance(out.get("properties"), dict) and not any(key in out for key in _COMPOSED):
+        out["additionalProperties"] = False
+    return out
+
+
 def named_call_schema(parameters: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The arguments object of the named function (its ``parameters``; none means ``{}``)."""
-    return dict(parameters) if parameters else dict(_NO_PARAMETERS)
+    """The arguments object of the named function (its ``parameters``, closed; none means ``{}``)."""
+    return closed(dict(parameters)) if parameters else dict(_NO_PARAMETERS)
 
 
 def required_calls_schema(

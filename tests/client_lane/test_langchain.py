@@ -36,15 +36,8 @@ def _llm(base_url: str, recorder: Recorder, **kwargs: Any) -> ChatOpenAI:
 
 
 # bind_tools sends the tool's schema open (no additionalProperties: false; strict is off by default):
-# with tool_choice "required", tiny-llm writes a second call, adds a property of its own to it and
-# fills it until the context ends; the gateway answers finish_reason "length" with the text as
-# content, so the message has no tool call.
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="AIMessage.tool_calls == []: the gateway answers finish_reason 'length' (1555 tokens) with the "
-    "cut calls as content, an open tool schema letting the model add properties without end",
-)
+# the gateway closes it for a forced call, else tiny-llm adds a property of its own and fills it
+# until the context ends.
 def test_bound_tools_with_a_required_choice(base_url: str, recorder: Recorder) -> None:
     llm = _llm(base_url, recorder).bind_tools([tool(get_weather)], tool_choice="required")
     message = llm.invoke(QUESTION)
@@ -74,14 +67,7 @@ def test_the_responses_api(base_url: str, recorder: Recorder, reasoning: dict[st
         assert body["reasoning"] == reasoning
 
 
-# The function's schema is open, as above: tiny-llm adds a property holding a number beyond a float's
-# range, and the gateway answers the (valid) arguments as content, finish_reason "stop".
-@pytest.mark.xfail(
-    strict=True,
-    raises=KeyError,
-    reason="KeyError: 'function_call': the gateway answers the forced function's arguments as content "
-    "when a number in them overflows a float",
-)
+# The function's schema is open, as above, and closed for the forced call.
 def test_legacy_functions_and_function_call(base_url: str, recorder: Recorder) -> None:
     function = convert_to_openai_function(get_weather)
     message = _llm(base_url, recorder).invoke(QUESTION, functions=[function], function_call={"name": "get_weather"})

@@ -278,6 +278,16 @@ def test_forced_named_object_is_the_call() -> None:
     assert run("forced_named", "I cannot", names=names) == ("I cannot", [])
 
 
+@pytest.mark.parametrize("number", ["1e400", "-1e999", "1" * 5000])
+def test_forced_named_keeps_the_models_text_when_a_number_does_not_fit_python(number: str) -> None:
+    """The text is valid JSON and the forced call's whole output: it goes out as written."""
+    names = frozenset({"noop"})
+    text = f' {{"x": {number}, "y": [1, 2]}}\n'
+    assert run("forced_named", text, names=names) == ("", [ParsedCall("noop", text.strip())])
+    for not_json in ['{"x": NaN}', '{"x": 1e400', "[1e400]"]:
+        assert run("forced_named", not_json, names=names) == (not_json, [])
+
+
 def test_forced_named_needs_exactly_one_name() -> None:
     with pytest.raises(ValueError, match="exactly one"):
         make_parser("forced_named", NAMES)

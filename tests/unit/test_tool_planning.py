@@ -14,6 +14,7 @@ from gateway.models.catalog import ServedModel
 from gateway.plan.chat import to_template_messages
 from gateway.plan.requests import ChatCompletionRequest
 from gateway.plan.tools import plan_tools
+from gateway.tools.schemas import named_call_schema, required_calls_schema
 
 TOOLS = [
     {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {}}}}},
@@ -68,6 +69,34 @@ def test_required_forces_an_array_of_calls_and_named_the_functions_parameters() 
     named = plan_tools(chat(tool_choice={"type": "function", "function": {"name": "g"}}), NO_PARSER)
     assert named.plan is not None and named.plan.parser == FORCED_NAMED and named.plan.forced_name == "g"
     assert named.structured == {"type": "object", "properties": {}}
+
+
+def test_forced_call_schemas_close_objects_that_are_silent_on_other_keys() -> None:
+    """A small model under an open schema adds key after key until max_tokens cuts the call."""
+    parameters = {
+        "type": "object",
+        "properties": {
+            "where": {"type": "object", "properties": {"city": {"type": "string"}}},
+            "tags": {"type": "array", "items": {"type": "object", "properties": {"t": {}}}},
+            "extra": {"type": "object", "properties": {}, "additionalProperties": {"type": "integer"}},
+            "either": {"anyOf": [{"type": "object", "properties": {"a": {}}}, {"type": "null"}]},
+            "both": {"allOf": [{"type": "object", "properties": {"a": {}}}, {"properties": {"b": {}}}]},
+        },
+        "$defs": {"Node": {"type": "object", "properties": {"n": {}}}},
+    }
+    original = json.dumps(parameters, sort_keys=True)
+    schema = named_call_schema(parameters)
+    assert json.dumps(parameters, sort_keys=True) == original, "the caller's schema is not changed"
+    props = schema["properties"]
+    assert schema["additionalProperties"] is False
+    assert props["where"]["additionalProperties"] is False
+    assert props["tags"]["items"]["additionalProperties"] is False
+    assert props["extra"]["additionalProperties"] == {"type": "integer"}, "an explicit rule stays"
+    assert props["either"]["anyOf"][0]["additionalProperties"] is False
+    assert "additionalProperties" not in props["both"]["allOf"][0], "closing one allOf branch refuses the other"
+    assert schema["$defs"]["Node"]["additionalProperties"] is False
+    required = required_calls_schema([("f", parameters)])
+    assert required["items"]["anyOf"][0]["properties"]["parameters"] == schema
 
 
 def test_forcing_needs_a_backend_that_enforces_schemas() -> None:

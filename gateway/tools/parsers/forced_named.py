@@ -2,15 +2,16 @@
 
 Structured outputs make the model write exactly the arguments (a JSON object), as vLLM does
 for a named tool choice; no name and no markup are generated. The object is one call when it
-parses as a JSON object; otherwise everything is content (the schema was not enforced after all,
-or the output was cut by ``max_tokens``).
+parses as a JSON object (re-dumped, or as written when a number in it does not fit a float);
+otherwise everything is content (the schema was not enforced after all, or the output was cut by
+``max_tokens``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gateway.tools.calls import dump_arguments, load_json
+from gateway.tools.calls import dump_arguments, load_json, verbatim_object
 from gateway.tools.scan import could_open_object
 from gateway.tools.stream import LeadingParser
 from gateway.tools.types import ParsedCall
@@ -31,5 +32,5 @@ class ForcedNamedParser(LeadingParser):
 
     def _parse(self, text: str) -> Sequence[ParsedCall] | None:
         arguments = load_json(text)
-        dumped = dump_arguments(arguments) if isinstance(arguments, dict) else None
+        dumped = dump_arguments(arguments) if isinstance(arguments, dict) else verbatim_object(text)
         return None if dumped is None else (ParsedCall(self._name, dumped),)
