@@ -14,6 +14,8 @@ from tests.integration.conftest import GatewayProcess
 
 ECHO = "<script>" + json.dumps({"echo_inputs": True}) + "</script>"
 PARAMETERS = {"type": "object", "properties": {"city": {"type": "string"}}}
+CLOSED = {**PARAMETERS, "additionalProperties": False}
+"""What the forced call is constrained by: its parameters, closed (``gateway.tools.schemas.closed``)."""
 FORMAT_SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
 
 
@@ -35,7 +37,7 @@ def test_chat_accepts_a_forced_choice_with_a_response_format(gateway: GatewayPro
     assert response.status_code == 200, response.text
     [call] = response.json()["choices"][0]["message"]["tool_calls"]
     assert call["function"]["name"] == "get_weather"
-    assert sent_constraint(call["function"]["arguments"]) == {"json": PARAMETERS}
+    assert sent_constraint(call["function"]["arguments"]) == {"json": CLOSED}
 
 
 def test_responses_accepts_a_forced_choice_with_a_text_format(gateway: GatewayProcess) -> None:
@@ -51,7 +53,7 @@ def test_responses_accepts_a_forced_choice_with_a_text_format(gateway: GatewayPr
     assert response.status_code == 200, response.text
     [call] = [item for item in response.json()["output"] if item["type"] == "function_call"]
     assert call["name"] == "get_weather"
-    assert sent_constraint(call["arguments"]) == {"json": PARAMETERS}
+    assert sent_constraint(call["arguments"]) == {"json": CLOSED}
 
 
 def test_a_text_turn_keeps_the_format(gateway: GatewayProcess) -> None:

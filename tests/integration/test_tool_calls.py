@@ -220,7 +220,8 @@ def test_a_named_function_is_forced_with_its_parameters_schema(client: openai.Op
     echoed = complete(client, messages=user(ECHO), tool_choice=named)
     # The echo is a JSON object, so it reads as the forced call's arguments.
     sent = json.loads(echoed.message.tool_calls[0].function.arguments)
-    assert json.loads(sent["sampling_parameters"]["structured_outputs"]) == {"json": TOOLS[0]["function"]["parameters"]}
+    closed = {**TOOLS[0]["function"]["parameters"], "additionalProperties": False}  # as a forced call's schema is
+    assert json.loads(sent["sampling_parameters"]["structured_outputs"]) == {"json": closed}
     output = _dumps(WEATHER).encode()
     choice = complete(client, messages=user(script([output])), tool_choice=named)
     assert choice.message.tool_calls[0].function.name == "get_weather"
