@@ -4,9 +4,11 @@ Runs after stop strings are cut and before tool calls are read: tool-call markup
 reasoning is not a call, and calls that follow the reasoning are found in the answer.
 
 Reasoning tokens are counted per backend response: a response's tokens are the reasoning's when
-the choice had not yet left the reasoning when it began and was inside it by its end (one token
-per response, as Triton streams, makes this exact; a response that carries both the end of the
-reasoning and the start of the answer counts as reasoning).
+the choice was inside the reasoning when it began or by its end (the opening and closing
+markers' tokens count as reasoning). The planner asks the backend for a response per token
+whenever it splits reasoning, streamed to the client or not, which makes the count exact; a
+response that carries both the end of the reasoning and the start of the answer counts as
+reasoning.
 """
 
 from __future__ import annotations
@@ -29,9 +31,9 @@ class ReasoningReader:
     def read(self, text: str, ending: bool, tokens: int) -> tuple[str, str]:
         """(reasoning to show now, answer text); ``tokens``: what the response added."""
         parser = self._parser
-        before = parser.answered
+        was_thinking = parser.thinking
         reasoning, content = parser.feed(text) if text else ("", "")
-        if tokens and not before and (parser.thinking or reasoning):
+        if tokens and (was_thinking or parser.thinking or reasoning):
             self.tokens += tokens
         if ending:
             more, rest = parser.finish()

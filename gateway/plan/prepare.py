@@ -146,6 +146,7 @@ async def prepare_chat(
         tool_schema=tools.structured,
         keep_special_tokens=(tools.plan is not None and PARSERS[tools.plan.parser].needs_special_tokens)
         or needs_special_tokens(reasoning),
+        stream_tokens=reasoning is not None,
     )
     return _plan(  # 8
         body,
