@@ -50,8 +50,9 @@ class TagReasoningParser:
         self._implicit = implicit
         self._state = _OPENING
         self._buf = ""
-        self._trigger = frozenset(marker[0] for marker in self._ends)
-        """First characters of the closing markers: text without any is reasoning at once."""
+        firsts = {marker[0] for marker in self._ends}
+        self._trigger = firsts.pop() if len(firsts) == 1 else None
+        """The closing markers' one first character: text without it is reasoning at once."""
 
     @property
     def thinking(self) -> bool:
@@ -65,7 +66,8 @@ class TagReasoningParser:
         state = self._state
         if state == _ANSWER:
             return "", text
-        if state == _THINKING and not self._buf and not any(c in text for c in self._trigger):
+        trigger = self._trigger
+        if state == _THINKING and not self._buf and trigger is not None and trigger not in text:
             return text, ""  # the per-token case inside the reasoning
         self._buf += text
         return self._advance(False)
