@@ -61,11 +61,10 @@ async def one_request(app: Any, body: bytes) -> tuple[float, bytes]:
     return time.thread_time() - started, b"".join(out)
 
 
-async def per_token(
-    app: Any, model: str, prompt: str, tokens: int, requests: int, *, said: int = 1
-) -> dict[str, Any]:
+async def per_token(app: Any, model: str, prompt: str, tokens: int, requests: int, *, said: int = 1) -> dict[str, Any]:
     """``said``: how many times each token's text is in the stream (a reasoning delta says it
     under two names)."""
+
     def body(n: int) -> bytes:
         messages = [{"role": "user", "content": prompt}]
         return json.dumps({"model": model, "messages": messages, "max_tokens": n, "stream": True}).encode()
