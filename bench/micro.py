@@ -69,6 +69,18 @@ def run(args: Any, variants: list[Variant], report: Report) -> None:
         "",
     )
     report.table(["variant", "µs/token", "/ first", "µs per 1-token request"], table)
+    split = [
+        [name, fmt(statistics.median(r["us_per_token_reasoning"] for r in results))]
+        for name, results in runs.items()
+        if all("us_per_token_reasoning" in r for r in results)
+    ]
+    if split:
+        report.add("## The same streams, all reasoning (`deepseek_r1` on the firehose model)", "")
+        report.table(["variant", "µs/token"], split)
+    thinking = runs[variants[0].name][0].get("reasoning_parsers_us_per_feed")
+    if thinking:
+        report.add(f"## Reasoning parsers inside the reasoning, 4-character pieces (`{variants[0].name}`)", "")
+        report.table(["parser", "µs per feed"], [[name, fmt(us, 3)] for name, us in thinking.items()])
     parsers = runs[variants[0].name][0]["tool_parsers_us_per_feed"]
     if parsers:
         report.add(f"## Tool-call parsers on plain prose, 4-character pieces (`{variants[0].name}`)", "")

@@ -61,7 +61,10 @@ async def one_request(app: Any, body: bytes) -> tuple[float, bytes]:
     return time.thread_time() - started, b"".join(out)
 
 
-async def per_token(app: Any, model: str, prompt: str, tokens: int, requests: int) -> dict[str, Any]:
+async def per_token(app: Any, model: str, prompt: str, tokens: int, requests: int, *, said: int = 1) -> dict[str, Any]:
+    """``said``: how many times each token's text is in the stream (a reasoning delta says it
+    under two names)."""
+
     def body(n: int) -> bytes:
         messages = [{"role": "user", "content": prompt}]
         return json.dumps({"model": model, "messages": messages, "max_tokens": n, "stream": True}).encode()
@@ -72,7 +75,7 @@ async def per_token(app: Any, model: str, prompt: str, tokens: int, requests: in
     long, short = [], []
     for _ in range(requests):
         cpu, text = await one_request(app, long_body)
-        if text.count(b"tok ") != tokens or not text.endswith(b"data: [DONE]\n\n"):
+        if text.count(b"tok ") != tokens * said or not text.endswith(b"data: [DONE]\n\n"):
             raise RuntimeError(f"unexpected stream: {text[-300:]!r}")
         long.append(cpu)
         short.append((await one_request(app, short_body))[0])
@@ -107,16 +110,64 @@ def tool_parsers(rounds: int = 5, repeat: int = 100) -> dict[str, float]:
     return out
 
 
+def reasoning_parsers(rounds: int = 5, repeat: int = 100) -> dict[str, float]:
+    """µs per ``feed`` of 4-character pieces of prose inside the reasoning, per parser: what a
+    reasoning model's request pays per token while it thinks."""
+    try:
+        from gateway.reasoning.registry import REASONING_PARSERS, make_reasoning_parser
+    except ImportError:
+        return {}
+    prose = "The weather in Paris is mild today, with a light breeze from the west. " * 8
+    openings = {"qwen3": "<think>", "mistral": "[THINK]", "granite": "Here is my thought process:"}
+    openings["openai"] = "<|channel|>analysis<|message|>"
+    out = {}
+    for name in REASONING_PARSERS:
+        pieces = [prose[i : i + 4] for i in range(0, len(prose), 4)]
+        best = float("inf")
+        for _ in range(rounds):
+            elapsed = 0
+            for _ in range(repeat):
+                parser = make_reasoning_parser(name)
+                parser.feed(openings.get(name, ""))
+                feed = parser.feed
+                start = time.perf_counter_ns()
+                for piece in pieces:
+                    feed(piece)
+                elapsed += time.perf_counter_ns() - start
+            best = min(best, elapsed / (repeat * len(pieces)) / 1000)
+        out[name] = best
+    return out
+
+
 async def measure(spec: dict[str, Any]) -> dict[str, Any]:
     import gateway
     from gateway.app import create_app
     from gateway.config import Settings
 
-    settings = Settings(triton_url=spec["triton_url"], model_repository=[Path(p) for p in spec["repositories"]])
+    repositories = [Path(p) for p in spec["repositories"]]
+    settings = Settings(triton_url=spec["triton_url"], model_repository=repositories)
     app = create_app(settings)
     async with app.router.lifespan_context(app):
         result = await per_token(app, "firehose", spec["prompt"], spec["tokens"], spec["requests"])
-    return {"package": gateway.__file__, **result, "tool_parsers_us_per_feed": tool_parsers()}
+    extra: dict[str, Any] = {}
+    reasoning = reasoning_parsers()
+    if reasoning:  # the same stream, all of it reasoning (deepseek_r1: the prompt opened it)
+        thinking = Settings(
+            triton_url=spec["triton_url"],
+            model_repository=repositories,
+            model_files={"firehose": {"reasoning_parser": "deepseek_r1"}},  # type: ignore[dict-item]
+        )
+        app = create_app(thinking)
+        async with app.router.lifespan_context(app):
+            split = await per_token(app, "firehose", spec["prompt"], spec["tokens"], spec["requests"], said=2)
+        extra["us_per_token_reasoning"] = split["us_per_token"]
+    return {
+        "package": gateway.__file__,
+        **result,
+        **extra,
+        "tool_parsers_us_per_feed": tool_parsers(),
+        "reasoning_parsers_us_per_feed": reasoning,
+    }
 
 
 def main() -> None:

@@ -18,6 +18,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from gateway.reasoning.registry import REASONING_PARSERS
 from gateway.store.location import default_store_url, parse_store_url
 from gateway.tools.registry import PARSERS
 
@@ -111,6 +112,14 @@ class ModelFiles(BaseModel):
     """The tool-call format the model emits (``hermes``, ``llama3_json``, ``mistral``,
     ``pythonic``). Unset: detected from the chat template's own markers; none found means
     ``tool_choice: "auto"`` gets a 400 for this model (forced tool choices still work)."""
+    reasoning_parser: str | None = None
+    """How the model writes its reasoning (``deepseek_r1``, ``deepseek_v3``, ``qwen3``,
+    ``mistral``, ``granite``, ``openai``: vLLM's ``--reasoning-parser`` names). Unset: detected
+    from the chat template; ``""`` turns a detected one off."""
+    structured_outputs_after_reasoning: bool = False
+    """The backend's structured outputs start after the reasoning (a vLLM engine configured with
+    a reasoning parser for structured outputs). False: constrained output is the answer from
+    its first token, and such requests are not split."""
     exclude_tools_when_tool_choice_none: bool = False
     """Whether ``tool_choice: "none"`` leaves the tools out of the prompt. False, as vLLM's
     default: the model still sees what it could call, but nothing it says is parsed as a call."""
@@ -121,6 +130,13 @@ class ModelFiles(BaseModel):
         choices = sorted(name for name, spec in PARSERS.items() if not spec.forced)
         if value is not None and value not in choices:
             raise ValueError(f"unknown tool_call_parser {value!r}; one of {', '.join(choices)}")
+        return value
+
+    @field_validator("reasoning_parser")
+    @classmethod
+    def _known_reasoning_parser(cls, value: str | None) -> str | None:
+        if value and value not in REASONING_PARSERS:
+            raise ValueError(f"unknown reasoning_parser {value!r}; one of {', '.join(sorted(REASONING_PARSERS))}")
         return value
 
     @field_validator("chat_template")

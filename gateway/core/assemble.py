@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from gateway.backend.types import GenerationChunk
-from gateway.core.generation_plan import ToolPlan
+from gateway.core.generation_plan import ReasoningPlan, ToolPlan
 from gateway.core.logprobs import chat_logprobs, completion_logprobs
+from gateway.core.reasoning import ReasoningReader
 from gateway.core.toolcalls import ToolCallOut, ToolCallReader
 from gateway.errors import BackendError
 
@@ -37,23 +38,31 @@ class ChoiceEvent(NamedTuple):
     """The backend's entries (a list), then (``RequestAssembler``) the OpenAI object (a dict)."""
     tool_calls: tuple[ToolCallOut, ...] | None = None
     """Calls the choice completed with this chunk (tool calling only: ``core/toolcalls.py``)."""
+    reasoning: str = ""
+    """Reasoning the choice said with this chunk (reasoning models only: ``core/reasoning.py``);
+    ``text`` is then the answer alone."""
 
 
 @dataclass(frozen=True, slots=True)
 class Usage:
     prompt_tokens: int
     completion_tokens: int
+    reasoning_tokens: int | None = None
+    """Of the completion tokens, the reasoning's; None: the model's output is not split."""
 
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
-    def as_dict(self) -> dict[str, int]:
-        return {
+    def as_dict(self) -> dict[str, Any]:
+        usage: dict[str, Any] = {
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "total_tokens": self.total_tokens,
         }
+        if self.reasoning_tokens is not None:
+            usage["completion_tokens_details"] = {"reasoning_tokens": self.reasoning_tokens}
+        return usage
 
 
 def find_stop(text: str, stops: Sequence[str]) -> tuple[int, str] | None:
@@ -257,8 +266,16 @@ def coalesce(events: list[ChoiceEvent]) -> list[ChoiceEvent]:
                 and event.logprobs is None
                 and previous.tool_calls is None
                 and event.tool_calls is None
+                and not (previous.text and event.reasoning)  # reasoning never follows answer text
             ):
-                out[at] = ChoiceEvent(event.index, previous.text + event.text, event.finish_reason, None)
+                out[at] = ChoiceEvent(
+                    event.index,
+                    previous.text + event.text,
+                    event.finish_reason,
+                    None,
+                    None,
+                    previous.reasoning + event.reasoning,
+                )
                 continue
         where[event.index] = len(out)
         out.append(event)
@@ -282,9 +299,10 @@ class RequestAssembler:
         include_stop: bool = False,
         echo: Sequence[str] | None = None,
         tools: ToolPlan | None = None,
+        reasoning: ReasoningPlan | None = None,
     ) -> None:
         """``max_tokens``, ``prompt_tokens`` and ``echo`` are per prompt; ``tools``: read each
-        choice's text for tool calls."""
+        choice's text for tool calls; ``reasoning``: split it into reasoning and answer first."""
         self.n = n
         self.chat = chat
         self.top = top_logprobs
@@ -302,6 +320,9 @@ class RequestAssembler:
         # prompt), counted in the tokens' own text as vLLM counts it (see ``_globalize``)
         self.offsets = [len(echo[p]) if echo else 0 for p in range(len(max_tokens)) for _ in range(n)]
         self.readers = [ToolCallReader(tools) for _ in self.assemblers] if tools is not None else None
+        self.thinkers = [ReasoningReader(reasoning) for _ in self.assemblers] if reasoning is not None else None
+        self._rewrite = top_logprobs is not None or tools is not None or reasoning is not None
+        """Whether events need ``_globalize`` beyond their choice index."""
 
     @property
     def done(self) -> bool:
@@ -313,13 +334,16 @@ class RequestAssembler:
     @property
     def usage(self) -> Usage:
         assemblers = self.assemblers
+        thinkers = self.thinkers
+        reasoning = None if thinkers is None else sum(t.tokens for t in thinkers)
         if len(assemblers) == 1:
-            return assemblers[0].usage
+            usage = assemblers[0].usage
+            return usage if reasoning is None else Usage(usage.prompt_tokens, usage.completion_tokens, reasoning)
         # Each of a prompt's n generations reports the same prompt: count it once (as vLLM and
         # OpenAI do for n > 1), from whichever generation has reported it so far.
         n = self.n
         prompt = sum(max(a.prompt_tokens for a in assemblers[p : p + n]) for p in range(0, len(assemblers), n))
-        return Usage(prompt, sum(a.choices[0].completion_tokens for a in assemblers))
+        return Usage(prompt, sum(a.choices[0].completion_tokens for a in assemblers), reasoning)
 
     @property
     def finish_reasons(self) -> list[str | None]:
@@ -336,10 +360,13 @@ class RequestAssembler:
 
     def feed(self, position: int, chunk: GenerationChunk) -> list[ChoiceEvent]:
         """Events for a chunk of the generation at ``position``, which is its choice's index."""
+        if not self._rewrite:
+            events = self.assemblers[position].feed(chunk)
+            return events if position == 0 else self._globalize(position, events)  # the common case first
+        choice = self.assemblers[position].choices[0]
+        before = choice.completion_tokens
         events = self.assemblers[position].feed(chunk)
-        if position == 0 and self.top is None and self.readers is None:
-            return events  # the common case: nothing to rewrite
-        return self._globalize(position, events)
+        return self._globalize(position, events, choice.completion_tokens - before)
 
     def close(self) -> list[ChoiceEvent]:
         out: list[ChoiceEvent] = []
@@ -347,7 +374,10 @@ class RequestAssembler:
             out.extend(self._globalize(position, assembler.close()))
         return out
 
-    def _globalize(self, index: int, events: list[ChoiceEvent]) -> list[ChoiceEvent]:
+    def _globalize(self, index: int, events: list[ChoiceEvent], added: int = 0) -> list[ChoiceEvent]:
+        """The events of choice ``index`` as it reports them: logprobs in OpenAI's shape, then
+        its text split into reasoning and answer, then calls read out of the answer. ``added``:
+        the completion tokens the events' backend response added."""
         out = []
         for event in events:  # each generation has one sequence: its events are choice ``index``'s
             logprobs: Any = None
@@ -364,10 +394,15 @@ class RequestAssembler:
                     tokens = logprobs["tokens"]
                     if tokens:
                         self.offsets[index] = logprobs["text_offset"][-1] + len(tokens[-1])
+            text, reasoning = event.text, ""
+            if self.thinkers is not None:
+                reasoning, text = self.thinkers[index].read(text, event.finish_reason is not None, added)
+                added = 0  # a response's tokens are counted once, with its first event
             if self.readers is None:
-                out.append(ChoiceEvent(index, event.text, event.finish_reason, logprobs))
+                if text or reasoning or event.finish_reason is not None or logprobs is not None:
+                    out.append(ChoiceEvent(index, text, event.finish_reason, logprobs, None, reasoning))
                 continue
-            text, calls, finish_reason = self.readers[index].read(event.text, event.finish_reason)
-            if text or calls or finish_reason is not None or logprobs is not None:
-                out.append(ChoiceEvent(index, text, finish_reason, logprobs, calls))
+            text, calls, finish_reason = self.readers[index].read(text, event.finish_reason)
+            if text or reasoning or calls or finish_reason is not None or logprobs is not None:
+                out.append(ChoiceEvent(index, text, finish_reason, logprobs, calls, reasoning))
         return out

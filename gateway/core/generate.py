@@ -55,6 +55,7 @@ class Generation:
             include_stop=plan.include_stop,
             echo=plan.echo,
             tools=plan.tools,
+            reasoning=plan.reasoning,
         )
         outcome.backend_started = True
         sources = [backend.generate(r) for r in plan.requests]

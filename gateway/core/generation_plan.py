@@ -31,6 +31,16 @@ class ToolPlan:
 
 
 @dataclass(frozen=True, slots=True)
+class ReasoningPlan:
+    """How one request's output is split into reasoning and answer."""
+
+    parser: str
+    """A ``gateway.reasoning`` parser name."""
+    include: bool = True
+    """False (``include_reasoning: false``): the reasoning is dropped, not sent."""
+
+
+@dataclass(frozen=True, slots=True)
 class GenerationPlan:
     """One request, decided: a backend request per choice, and how to assemble and answer."""
 
@@ -62,6 +72,9 @@ class GenerationPlan:
     deadline: float | None = None
     tools: ToolPlan | None = None
     """How each choice's text is read for tool calls; None: plain text."""
+    reasoning: ReasoningPlan | None = None
+    """How each choice's text is split into reasoning and answer (before tool calls are read
+    from the answer); None: all of it is the answer."""
     api: str | None = None
     """The endpoint, when it is not the one ``chat`` says (``responses``: a chat plan in another API)."""
 

@@ -38,6 +38,7 @@ class CompletionAnswer:
             choices=plan.choices,
             logprobs=plan.logprobs is not None,
             legacy_functions=plan.tools is not None and plan.tools.legacy_functions,
+            reasoning=plan.reasoning is not None and plan.reasoning.include,
         )
         try:
             async for events in generation:

@@ -30,6 +30,7 @@ from gateway.models.files import (
 )
 from gateway.models.templates import ChatTemplate
 from gateway.models.tokens import CountCache, PromptTokenizer, TokenCounter
+from gateway.reasoning.registry import detect_reasoning_parser
 from gateway.tools.registry import detect_parser
 
 logger = logging.getLogger(__name__)
@@ -57,6 +58,11 @@ class ServedModel:
     detected from the chat template's markers; None: no ``tool_choice: "auto"`` for it."""
     exclude_tools_when_none: bool = False
     """``tool_choice: "none"`` leaves the tools out of the prompt (``model_files``)."""
+    reasoning_parser: str | None = None
+    """How the model writes its reasoning (``gateway.reasoning``): the ``model_files`` setting,
+    else detected from the chat template; None: the output is all answer."""
+    structured_outputs_after_reasoning: bool = False
+    """The backend applies structured outputs after the reasoning (``model_files``)."""
     created: int = field(default_factory=lambda: int(time.time()))
 
     @property
@@ -101,7 +107,7 @@ class ModelCatalog:
         self._lock = asyncio.Lock()
         self._templates: dict[tuple[Path | None, Path | None], ChatTemplate | None] = {}
         self._unresolved: set[tuple[str, str]] = set()
-        self._announced: set[tuple[str, str | None]] = set()
+        self._announced: set[tuple[str, str, str | None]] = set()
         self._tokenizers: dict[Path, tuple[Any, PromptTokenizer | None]] = {}
         self._background: asyncio.Task[None] | None = None
 
@@ -162,6 +168,7 @@ class ModelCatalog:
             self._warn_unresolved(model.name, files.tokenizer_ref, tokenizer_dir, "model.json")
         template = self._template(tokenizer_dir, template_file) if tokenizer_dir or template_file else None
         tool_parser = self._tool_parser(model.name, override, template)
+        reasoning_parser = self._reasoning_parser(model.name, override, template)
         tokenizer, prompt_tokenizer = self._tokenizer(tokenizer_dir) if tokenizer_dir else (None, None)
         return ServedModel(
             name=model.name,
@@ -174,6 +181,8 @@ class ModelCatalog:
             backend=model.platform,
             tool_parser=tool_parser,
             exclude_tools_when_none=override is not None and override.exclude_tools_when_tool_choice_none,
+            reasoning_parser=reasoning_parser,
+            structured_outputs_after_reasoning=override is not None and override.structured_outputs_after_reasoning,
             created=previous.created if previous else int(time.time()),
         )
 
@@ -185,12 +194,26 @@ class ModelCatalog:
         else:
             parser = detect_parser(template.source) if template is not None else None
             how = "detected from its chat template"
-        if (name, parser) not in self._announced:
-            self._announced.add((name, parser))
+        if (name, "tools", parser) not in self._announced:
+            self._announced.add((name, "tools", parser))
             if parser is None:
                 logger.info("model %s: no tool-call parser (tool_choice 'auto' is refused; set model_files)", name)
             else:
                 logger.info("model %s: tool-call parser %s (%s)", name, parser, how)
+        return parser
+
+    def _reasoning_parser(self, name: str, override: ModelFiles | None, template: ChatTemplate | None) -> str | None:
+        """As ``_tool_parser``: the setting (``""``: none) wins, else the template's markers."""
+        parser: str | None
+        if override is not None and override.reasoning_parser is not None:
+            parser, how = override.reasoning_parser or None, "set by model_files"
+        else:
+            parser = detect_reasoning_parser(template.source) if template is not None else None
+            how = "detected from its chat template"
+        if (name, "reasoning", parser) not in self._announced:
+            self._announced.add((name, "reasoning", parser))
+            if parser is not None:
+                logger.info("model %s: reasoning parser %s (%s)", name, parser, how)
         return parser
 
     def _warn_unresolved(self, name: str, ref: str, found: Path | None, where: str) -> None:

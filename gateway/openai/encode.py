@@ -47,6 +47,13 @@ def _finish(reason: str | None, legacy_functions: bool) -> str | None:
     return "function_call" if legacy_functions and reason == "tool_calls" else reason
 
 
+def _reasoning_delta(reasoning: str) -> bytes:
+    """A reasoning delta under both of its names: vLLM's ``reasoning`` and the
+    ``reasoning_content`` that DeepSeek's API and older vLLM send (clients read one or the other)."""
+    text = orjson.dumps(reasoning)
+    return b'{"reasoning_content":' + text + b',"reasoning":' + text + b"}"
+
+
 def tool_call_object(call: ToolCallOut) -> dict[str, Any]:
     return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
 
@@ -113,7 +120,13 @@ class ChunkEncoder:
         does: the last chunk of a choice has an empty delta and the finish reason)."""
         out = []
         plain = usage is None or not self.continuous_usage
-        for index, text, finish_reason, logprobs, tool_calls in events:
+        for index, text, finish_reason, logprobs, tool_calls, reasoning in events:
+            if reasoning:
+                # Its own chunk, before the answer's: a delta is reasoning or content, as vLLM's.
+                said = None if text else logprobs
+                out.append(self._chunk(self._choice(index, _reasoning_delta(reasoning), None, said), usage))
+                if said is not None:
+                    logprobs = None
             if logprobs is None and plain:
                 # The per-token chunk (text alone, no usage of its own): three pieces, two of
                 # them made once per choice.
@@ -160,10 +173,13 @@ def completion_object(
     usage: Usage,
     tool_calls: Sequence[Sequence[ToolCallOut]] | None = None,
     legacy_functions: bool = False,
+    reasoning: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """A whole ``chat.completion`` or ``text_completion`` object. A chat choice that made tool
     calls has ``content`` null when it said nothing else, as OpenAI answers; with
-    ``legacy_functions`` its one call is ``message.function_call``."""
+    ``legacy_functions`` its one call is ``message.function_call``. ``reasoning``: each choice's
+    reasoning (a reasoning model's request), as ``reasoning_content`` and ``reasoning``, null
+    when the choice had none."""
     choices = []
     for i, text in enumerate(texts):
         choice: dict[str, Any] = {"index": i}
@@ -179,6 +195,8 @@ def completion_object(
                 choice["message"]["function_call"] = (
                     {"name": calls[0].name, "arguments": calls[0].arguments} if calls else None
                 )
+            if reasoning is not None:
+                choice["message"]["reasoning_content"] = choice["message"]["reasoning"] = reasoning[i] or None
         else:
             choice["text"] = text
         choice["logprobs"] = logprobs[i] if logprobs is not None else None
@@ -208,6 +226,7 @@ class CompletionBuilder:
         choices: int,
         logprobs: bool,
         legacy_functions: bool = False,
+        reasoning: bool = False,
     ) -> None:
         self._chat = chat
         self._head: dict[str, Any] = {
@@ -220,11 +239,14 @@ class CompletionBuilder:
         self._texts: list[list[str]] = [[] for _ in range(choices)]
         self._logprobs: list[list[Any]] | None = [[] for _ in range(choices)] if logprobs else None
         self._calls: list[list[ToolCallOut]] | None = None
+        self._reasoning: list[list[str]] | None = [[] for _ in range(choices)] if reasoning else None
 
     def add(self, events: Sequence[ChoiceEvent]) -> None:
-        texts, logprobs = self._texts, self._logprobs
+        texts, logprobs, reasoning = self._texts, self._logprobs, self._reasoning
         for event in events:
             texts[event.index].append(event.text)
+            if reasoning is not None and event.reasoning:
+                reasoning[event.index].append(event.reasoning)
             if logprobs is not None and event.logprobs is not None:
                 logprobs[event.index].append(event.logprobs)
             if event.tool_calls is not None:
@@ -241,6 +263,7 @@ class CompletionBuilder:
             logprobs=logprobs,
             usage=usage,
             tool_calls=self._calls,
+            reasoning=None if self._reasoning is None else ["".join(parts) for parts in self._reasoning],
         )
 
     def _join_logprobs(self, parts: list[Any]) -> Any:

@@ -5,7 +5,9 @@ both ways: the SSE events of a stream (bytes) and, at the end, the Response obje
 streamed response and a non-streamed one have the same output by construction (the non-streaming
 path runs the same encoder and keeps only the object).
 
-The items, in the order they begin: one ``message`` item holding all of the choice's text (opened
+The items, in the order they begin: a ``reasoning`` item holding a reasoning model's reasoning
+(opened at its first reasoning text, closed when the answer or a call begins; its text streams as
+``response.reasoning_text.delta``), one ``message`` item holding all of the choice's text (opened
 at its first text, closed at the end, so calls in between do not split it), and one
 ``function_call`` item per tool call, whole as soon as the core releases the call (added,
 arguments delta, arguments done, done). A response that said nothing still gets an empty message,
@@ -43,14 +45,18 @@ gateway's own value: OpenAI's reasons do not cover it)."""
 
 
 def response_usage(usage: Usage) -> dict[str, Any]:
-    """Usage as the Responses API names it (no prompt cache or reasoning tokens to report)."""
+    """Usage as the Responses API names it (no prompt cache to report)."""
     return {
         "input_tokens": usage.prompt_tokens,
         "input_tokens_details": {"cached_tokens": 0},
         "output_tokens": usage.completion_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens or 0},
         "total_tokens": usage.total_tokens,
     }
+
+
+def _reasoning_part(text: str) -> dict[str, Any]:
+    return {"type": "reasoning_text", "text": text}
 
 
 def _text_part(text: str) -> dict[str, Any]:
@@ -70,6 +76,9 @@ class ResponseEncoder:
         "_message",
         "_message_index",
         "_texts",
+        "_thought",
+        "_thought_index",
+        "_thoughts",
     )
 
     def __init__(self, head: dict[str, Any], framing: EventFraming) -> None:
@@ -85,6 +94,10 @@ class ResponseEncoder:
         """The open message item's pre-encoded delta middle (its id and indices), None when closed."""
         self._message_index = -1
         self._texts: list[str] = []
+        self._thought: dict[str, Any] | None = None
+        """The open reasoning item's ids (item, output and content index), None when closed."""
+        self._thought_index = -1
+        self._thoughts: list[str] = []
 
     # -- events --------------------------------------------------------------------------------
 
@@ -105,10 +118,16 @@ class ResponseEncoder:
         """The events of one step of the generation (Responses has one choice: index 0)."""
         if len(events) == 1:
             event = events[0]
-            if event.text and self._message is not None and event.tool_calls is None:
+            if event.text and self._message is not None and event.tool_calls is None and not event.reasoning:
                 return self._delta(event.text)  # the per-token case
         out = []
         for event in events:
+            if event.reasoning:
+                if self._thought is None:
+                    out.append(self._open_reasoning())
+                out.append(self._reasoning_delta(event.reasoning))
+            if self._thought is not None and (event.text or event.tool_calls):
+                out.append(self._close_reasoning("completed"))
             if event.text:
                 if self._message is None:
                     out.append(self._open_message())
@@ -144,6 +163,35 @@ class ResponseEncoder:
         self._message_index = index
         self._message = b',"item_id":"' + item_id.encode() + b'","output_index":%d,"content_index":0,"delta":' % index
         return added + part
+
+    def _open_reasoning(self) -> bytes:
+        index = len(self.output)
+        item_id = item_id_of("rs", self._head["id"], index)
+        item: dict[str, Any] = {"id": item_id, "type": "reasoning", "summary": [], "content": []}
+        item["status"] = "in_progress"
+        added = self._event("response.output_item.added", {"output_index": index, "item": item})
+        self._thought = {"item_id": item_id, "output_index": index, "content_index": 0}
+        part = self._event("response.content_part.added", {**self._thought, "part": _reasoning_part("")})
+        self.output.append(item)
+        self._thought_index = index
+        return added + part
+
+    def _reasoning_delta(self, text: str) -> bytes:
+        self._thoughts.append(text)
+        assert self._thought is not None
+        return self._event("response.reasoning_text.delta", {**self._thought, "delta": text})
+
+    def _close_reasoning(self, status: str) -> bytes:
+        ids = self._thought
+        assert ids is not None
+        text = "".join(self._thoughts)
+        part = _reasoning_part(text)
+        out = self._event("response.reasoning_text.done", {**ids, "text": text})
+        out += self._event("response.content_part.done", {**ids, "part": part})
+        item = self.output[self._thought_index]
+        item["status"], item["content"] = status, [part]
+        self._thought = None
+        return out + self._event("response.output_item.done", {"output_index": self._thought_index, "item": item})
 
     def _close_message(self, status: str) -> bytes:
         index = self._message_index
@@ -183,8 +231,10 @@ class ResponseEncoder:
         ``response.incomplete``) and the final Response object."""
         capped = finish_reason == "length"
         out = b""
-        if not self.output:
-            out = self._open_message()
+        if self._thought is not None:
+            out += self._close_reasoning("incomplete" if capped else "completed")
+        if self._message_index == -1 and not any(item["type"] == "function_call" for item in self.output):
+            out += self._open_message()
         if self._message is not None:
             out += self._close_message("incomplete" if capped else "completed")
         if capped:
@@ -205,6 +255,13 @@ class ResponseEncoder:
 
     def _final(self, status: str, usage: Usage, **fields: Any) -> dict[str, Any]:
         output = self.output
+        if self._thought is not None:  # unfinished reasoning, as far as it got
+            output = list(output)
+            output[self._thought_index] = {
+                **output[self._thought_index],
+                "status": "incomplete",
+                "content": [_reasoning_part("".join(self._thoughts))],
+            }
         if self._message is not None:  # an unfinished message, as far as it got
             output = list(output)
             output[self._message_index] = {

@@ -39,6 +39,11 @@ def to_template_messages(request: ChatCompletionRequest) -> list[dict[str, Any]]
             item["tool_calls"] = template_tool_calls(message.tool_calls, index)
         if message.tool_call_id is not None:
             item["tool_call_id"] = message.tool_call_id
+        reasoning = message.reasoning if message.reasoning is not None else message.reasoning_content
+        if reasoning is not None:
+            # Templates read it under one of three names: Qwen3, GLM, Kimi and MiniMax
+            # ``reasoning_content``, newer ones ``reasoning``, gpt-oss ``thinking``.
+            item["reasoning_content"] = item["reasoning"] = item["thinking"] = reasoning
         messages.append(item)
     return messages
 

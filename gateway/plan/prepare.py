@@ -26,15 +26,16 @@ from typing import Protocol
 
 from gateway.backend.types import GenerationRequest
 from gateway.config import Settings
-from gateway.core.generation_plan import GenerationPlan, ToolPlan
+from gateway.core.generation_plan import GenerationPlan, ReasoningPlan, ToolPlan
 from gateway.models.catalog import ModelCatalog
 from gateway.models.resolve import ResolvedModel, resolve_model
 from gateway.plan.budget import plan_budget
 from gateway.plan.chat import chat_max_tokens, render_chat_prompt
 from gateway.plan.completions import check_completion_options, completion_prompts
 from gateway.plan.limits import check_chat_limits, check_sampling_limits
+from gateway.plan.reasoning import needs_special_tokens, plan_reasoning
 from gateway.plan.requests import ChatCompletionRequest, CompletionRequest, SamplingFields
-from gateway.plan.sampling import stop_list, to_generation_requests
+from gateway.plan.sampling import stop_list, structured_outputs, to_generation_requests
 from gateway.plan.tools import NO_TOOLS, ToolsDecision, from_legacy_functions, plan_tools
 from gateway.plan.validate import check_request
 from gateway.tools.registry import PARSERS
@@ -84,6 +85,7 @@ def _plan(
     prompt_tokens: tuple[int | None, ...],
     echo: tuple[str, ...] | None = None,
     tools: ToolPlan | None = None,
+    reasoning: ReasoningPlan | None = None,
 ) -> GenerationPlan:
     options = body.stream_options
     chat = isinstance(body, ChatCompletionRequest)
@@ -107,6 +109,7 @@ def _plan(
         prompt_tokens=prompt_tokens,
         deadline=context.deadline,
         tools=tools,
+        reasoning=reasoning,
     )
 
 
@@ -128,6 +131,8 @@ async def prepare_chat(
         min_tokens=body.min_tokens,
         param="messages",
     )
+    constrained = tools.structured is not None or structured_outputs(body) is not None
+    reasoning = plan_reasoning(body, resolved.model, constrained=constrained)
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
     requests = to_generation_requests(  # 7
         body,
@@ -139,7 +144,9 @@ async def prepare_chat(
         deadline=context.deadline,
         session_key=session_key_of(context, body),
         tool_schema=tools.structured,
-        keep_special_tokens=tools.plan is not None and PARSERS[tools.plan.parser].needs_special_tokens,
+        keep_special_tokens=(tools.plan is not None and PARSERS[tools.plan.parser].needs_special_tokens)
+        or needs_special_tokens(reasoning),
+        stream_tokens=reasoning is not None,
     )
     return _plan(  # 8
         body,
@@ -150,6 +157,7 @@ async def prepare_chat(
         logprobs=logprobs,
         prompt_tokens=(prompt_tokens,),
         tools=tools.plan,
+        reasoning=reasoning,
     )
 
 

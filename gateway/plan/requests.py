@@ -43,6 +43,10 @@ class ChatMessage(BaseModel):
     name: str | None = None
     tool_calls: list[dict[str, Any]] | None = None
     tool_call_id: str | None = None
+    reasoning: str | None = None
+    """An assistant turn's reasoning sent back (interleaved thinking); vLLM's name since 0.11."""
+    reasoning_content: str | None = None
+    """The same under its earlier name, which many clients still send."""
 
 
 class StreamOptions(NullMeansDefault):
@@ -168,6 +172,8 @@ class ChatCompletionRequest(SamplingFields):
     # vLLM extensions
     chat_template_kwargs: dict[str, Any] | None = None
     add_generation_prompt: bool = True
+    include_reasoning: bool = True
+    """False: a reasoning model's reasoning is split from the answer and dropped (still counted)."""
 
 
 class CompletionRequest(SamplingFields):

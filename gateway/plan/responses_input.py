@@ -58,7 +58,7 @@ def normalize_input(value: str | list[dict[str, Any]], response_id: str) -> list
     return items
 
 
-_ID_PREFIXES = {"message": "msg", "function_call": "fc", "function_call_output": "fco"}
+_ID_PREFIXES = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
 
 
 def _normalize_item(item: dict[str, Any], where: str) -> dict[str, Any]:
@@ -86,11 +86,33 @@ def _normalize_item(item: dict[str, Any], where: str) -> dict[str, Any]:
         }
     if kind == "item_reference":
         return {"type": "item_reference", "id": _string(item, "id", where)}
+    if kind == "reasoning":
+        return {
+            "id": _optional_id(item, where),
+            "type": "reasoning",
+            "summary": [],
+            "content": [{"type": "reasoning_text", "text": _reasoning_text(item, where)}],
+            "status": "completed",
+        }
     raise InvalidRequestError(
-        f"input items of type {kind!r} are not supported: use message, function_call, function_call_output and "
-        "item_reference items",
+        f"input items of type {kind!r} are not supported: use message, function_call, function_call_output, "
+        "reasoning and item_reference items",
         param=f"{where}.type",
     )
+
+
+def _reasoning_text(item: dict[str, Any], where: str) -> str:
+    """A reasoning item's text: its ``reasoning_text`` parts, else its summary's text parts."""
+    for key in ("content", "summary"):
+        parts = item.get(key)
+        if parts is None:
+            continue
+        texts = isinstance(parts, list) and all(isinstance(p, dict) and isinstance(p.get("text"), str) for p in parts)
+        if not texts:
+            raise InvalidRequestError(f"{key} must be a list of parts with text", param=f"{where}.{key}")
+        if parts:
+            return "\n".join(part["text"] for part in parts)
+    return ""
 
 
 def _normalize_message(item: dict[str, Any], where: str) -> dict[str, Any]:
@@ -239,8 +261,13 @@ def to_chat_messages(items: list[dict[str, Any]]) -> tuple[list[dict[str, Any]],
     position of the item that began it (so an error about a message can name the item)."""
     messages: list[dict[str, Any]] = []
     sources: list[int] = []
+    reasoning: str | None = None
+    """A reasoning item's text, for the assistant turn that follows it (interleaved thinking)."""
     for position, item in enumerate(items):
         kind = item["type"]
+        if kind == "reasoning":
+            reasoning = _joined_text(item["content"])
+            continue
         if kind == "function_call":
             call = {
                 "id": item["call_id"],
@@ -256,6 +283,8 @@ def to_chat_messages(items: list[dict[str, Any]]) -> tuple[list[dict[str, Any]],
             message = {"role": "tool", "tool_call_id": item["call_id"], "content": item["output"]}
         else:
             message = {"role": item["role"], "content": _joined_text(item["content"])}
+        if reasoning is not None and message["role"] == "assistant":
+            message["reasoning"], reasoning = reasoning, None
         messages.append(message)
         sources.append(position)
     return messages, sources

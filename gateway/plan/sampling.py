@@ -118,9 +118,11 @@ def to_generation_requests(
     session_key: str | None = None,
     tool_schema: Mapping[str, Any] | None = None,
     keep_special_tokens: bool = False,
+    stream_tokens: bool = False,
 ) -> list[GenerationRequest]:
     """The backend requests for one prompt: one single-sequence request per choice (``request_ids``
-    holds one id per choice, ``n`` in all).
+    holds one id per choice, ``n`` in all). ``stream_tokens``: ask the backend for a response per
+    token even when the client waits for the whole answer (counting reasoning tokens needs them).
 
     Why not one request with ``n``: Triton's vLLM backend pairs its outputs by position and, when
     not streaming, sends only the last one, so choices land at the wrong index or are lost; and a
@@ -140,7 +142,7 @@ def to_generation_requests(
             model=resolved.model.name,
             prompt=prompt,
             sampling=choice_sampling(params, index),
-            stream=request.stream,
+            stream=request.stream or stream_tokens,
             return_logprobs=logprobs is not None,
             deadline=deadline,
             inputs=resolved.model.inputs,

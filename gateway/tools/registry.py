@@ -25,6 +25,7 @@ from types import MappingProxyType
 
 from gateway.tools.parsers.forced_named import ForcedNamedParser
 from gateway.tools.parsers.forced_required import ForcedRequiredParser
+from gateway.tools.parsers.harmony import HarmonyParser
 from gateway.tools.parsers.hermes import HermesParser
 from gateway.tools.parsers.llama3_json import Llama3JsonParser
 from gateway.tools.parsers.mistral import MistralParser
@@ -81,6 +82,14 @@ _SPECS = (
         markers='optional <|python_start|>, then [name(arg="value"), ...]',
     ),
     ParserSpec(
+        "openai",
+        HarmonyParser,
+        needs_special_tokens=True,
+        forced=False,
+        families="gpt-oss (harmony; needs the openai reasoning parser, which passes its calls on)",
+        markers="<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{...}<|call|>",
+    ),
+    ParserSpec(
         "forced_named",
         ForcedNamedParser,
         needs_special_tokens=False,
@@ -119,6 +128,8 @@ def detect_parser(template_source: str) -> str | None:
     The rules go from the most specific marker to the least, each one what the template itself
     tells the model to write:
 
+    0. harmony's ``<|channel|>`` → ``openai`` (gpt-oss).
+
     1. ``<tool_call>`` with a JSON ``"name"`` → ``hermes`` (Qwen 2.5/3, Hermes). Not when the
        block holds XML (``<function=`` in Qwen3-Coder, ``<arg_key>`` in GLM 4.5): another format.
     2. ``[TOOL_CALLS]`` → ``mistral``.
@@ -130,6 +141,8 @@ def detect_parser(template_source: str) -> str | None:
        prompt → ``llama3_json``. Llama 3.0's template has neither (no tool calling): None.
     """
     source = template_source
+    if "<|channel|>" in source:
+        return "openai"
     if "<tool_call>" in source:
         if "<function=" in source or "<arg_key>" in source:
             return None

@@ -2,6 +2,7 @@
 closed value sets, so tiny-llm's enforced answers stay short and are checkable; and a recorder of
 the requests a client sent."""
 
+import base64
 import json
 from typing import Any, Literal
 
@@ -9,6 +10,19 @@ import httpx
 from pydantic import BaseModel, Field
 
 MODEL = "tiny-llm"
+SCRIPTED = "scripted"
+"""The test model that replays a script given in the prompt (tests/triton_models/README.md),
+served with the ``qwen3`` reasoning parser: what a reasoning model's clients see."""
+THOUGHT, ANSWER = "Weigh 2+2: it is 4.", "Four."
+
+
+def thinking_prompt() -> str:
+    """A prompt the scripted model answers as a Qwen3 model thinks: one token per response."""
+    pieces = ["<think>", THOUGHT, "</think>", ANSWER]
+    responses = [{"text": [base64.b64encode(piece.encode()).decode()]} for piece in pieces]
+    return "<script>" + json.dumps({"responses": responses}) + "</script>"
+
+
 # Every Python client's requests carry this seed, so a run replays: a failure is reproducible.
 SEED = 0
 City = Literal["Paris", "Tokyo", "Lima"]

@@ -14,6 +14,7 @@ because the gateway enforced it while the model generated.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -24,6 +25,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from tests.client_lane.common import SCRIPTED
 
 LANE_ON = os.environ.get("CLIENT_LANE") == "1"
 OFF_REASON = "tests/client_lane not collected: it needs the client lane's venv; run `bash scripts/client-lane.sh`"
@@ -72,6 +75,10 @@ def gateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     env = {**os.environ, "XDG_STATE_HOME": str(workdir / "state")}
     command = [str(python), "-m", "gateway", "--embedded", "--port", str(port)]
     command += ["--triton-log-file", str(workdir / "triton.log")]
+    # Beside tiny-llm, the test models: the scripted one replays what a reasoning model writes
+    # (its reasoning parser set as a user would set it).
+    command += ["--model-repository", "triton_models/reference,tests/triton_models"]
+    command += ["--model-files", json.dumps({SCRIPTED: {"reasoning_parser": "qwen3"}})]
     started = time.monotonic()
     with log_path.open("wb") as log:
         process = subprocess.Popen(

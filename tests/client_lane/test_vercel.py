@@ -1,5 +1,6 @@
 """The Vercel AI SDK (npm ``ai`` with ``@ai-sdk/openai``, Node.js): its default provider,
-``openai(model)``, speaks the Responses API with the store on.
+``openai(model)``, speaks the Responses API with the store on; ``@ai-sdk/openai-compatible``
+reads a reasoning model's chat completions.
 
 ``node/vercel.mjs`` runs each case through the SDK and prints what it returned and every request
 it sent (a fetch wrapper records them); each test here reads one case.
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.client_lane.common import MODEL, Forecast, check_weather_call
+from tests.client_lane.common import ANSWER, MODEL, SCRIPTED, THOUGHT, Forecast, check_weather_call, thinking_prompt
 
 NODE_DIR = Path(__file__).resolve().parent / "node"
 
@@ -22,7 +23,11 @@ NODE_DIR = Path(__file__).resolve().parent / "node"
 @pytest.fixture(scope="module")
 def report(base_url: str) -> dict[str, Any]:
     done = subprocess.run(
-        ["node", "vercel.mjs", base_url, MODEL], cwd=NODE_DIR, capture_output=True, text=True, timeout=240
+        ["node", "vercel.mjs", base_url, MODEL, SCRIPTED, thinking_prompt()],
+        cwd=NODE_DIR,
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     if not done.stdout.strip():
         pytest.fail(f"vercel.mjs exited with {done.returncode} and printed nothing:\n{done.stderr}")
@@ -74,3 +79,10 @@ def test_a_named_tool_choice_beside_a_structured_output(report: dict[str, Any]) 
     (call,) = case["result"]["toolCalls"]
     check_weather_call(call["toolName"], call["input"])
     Forecast.model_validate(case["result"]["output"])
+
+
+def test_a_reasoning_models_thinking_reaches_the_sdk_apart_from_its_answer(report: dict[str, Any]) -> None:
+    result = _case(report, "reasoning")["result"]
+    assert result["whole"] == {"text": ANSWER, "reasoning": THOUGHT, "reasoningTokens": 3}
+    assert result["streamed"] == {"text": ANSWER, "reasoning": THOUGHT}
+    assert result["responses"] == {"text": ANSWER, "reasoningTokens": 3}

@@ -84,7 +84,7 @@ def test_llama3_and_llama4_templates_are_told_apart_by_their_headers() -> None:
 
 
 def test_every_parser_is_registered_under_its_name_with_planner_facts() -> None:
-    assert set(PARSERS) == {"hermes", "llama3_json", "mistral", "pythonic", "forced_named", "forced_required"}
+    assert set(PARSERS) == {"hermes", "llama3_json", "mistral", "pythonic", "openai", "forced_named", "forced_required"}
     for name, spec in PARSERS.items():
         assert spec.name == name and spec.families and spec.markers
     assert PARSERS["mistral"].needs_special_tokens

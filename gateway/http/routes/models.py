@@ -26,6 +26,7 @@ def _model_object(model_id: str, base: ServedModel, adapter: str | None) -> dict
         "parent": base.name if adapter is not None else None,
         "max_model_len": base.max_model_len,
         "tool_call_parser": base.tool_parser,
+        "reasoning_parser": base.reasoning_parser,
     }
 
 

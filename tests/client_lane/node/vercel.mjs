@@ -1,5 +1,6 @@
 // The Vercel AI SDK's default provider (`openai(model)`: the Responses API, store on) against the
-// gateway. Usage: node vercel.mjs <gateway base url, ending in /v1> <model>
+// gateway, and its OpenAI-compatible provider (chat completions) on a reasoning model.
+// Usage: node vercel.mjs <gateway base url, ending in /v1> <model> <reasoning model> <its prompt>
 //
 // Runs each case, catching its error, and prints one JSON object on stdout: per case, what the
 // SDK returned (or the error's message, its status and response body) and every request the SDK
@@ -7,12 +8,13 @@
 // turns set maxOutputTokens: a forced tool call or an object is left the gateway's default room.
 // tests/client_lane/test_vercel.py asserts on it.
 import { createOpenAI } from '@ai-sdk/openai';
-import { generateObject, generateText, Output, stepCountIs, tool } from 'ai';
+import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
+import { generateObject, generateText, Output, stepCountIs, streamText, tool } from 'ai';
 import { z } from 'zod';
 
-const [baseURL, model] = process.argv.slice(2);
-if (!baseURL || !model) {
-  console.error('usage: node vercel.mjs <base url ending in /v1> <model>');
+const [baseURL, model, thinker, thinkingPrompt] = process.argv.slice(2);
+if (!baseURL || !model || !thinker || !thinkingPrompt) {
+  console.error('usage: node vercel.mjs <base url ending in /v1> <model> <reasoning model> <its prompt>');
   process.exit(2);
 }
 
@@ -30,6 +32,7 @@ async function recordingFetch(url, init) {
 }
 
 const openai = createOpenAI({ baseURL, apiKey: 'unused', fetch: recordingFetch });
+const compatible = createOpenAICompatible({ name: 'gateway', baseURL, apiKey: 'unused', fetch: recordingFetch });
 
 const City = z.enum(['Paris', 'Tokyo', 'Lima']);
 const weatherInput = z.object({
@@ -106,6 +109,26 @@ const cases = {
         stepNumber === 0 ? { toolChoice: { type: 'tool', toolName: 'get_weather' } } : { toolChoice: 'none' },
     });
     return { toolCalls: callsOf(result.steps), output: result.output, steps: result.steps.length };
+  },
+
+  // A reasoning model through the OpenAI-compatible provider (it reads reasoning_content or
+  // reasoning), whole and streamed; and through the default provider, which reads a reasoning
+  // item's summary only (the gateway, as vLLM, leaves it empty) but counts its tokens.
+  async reasoning() {
+    const whole = await generateText({ model: compatible(thinker), prompt: thinkingPrompt });
+    const stream = streamText({ model: compatible(thinker), prompt: thinkingPrompt });
+    let text = '';
+    let reasoning = '';
+    for await (const part of stream.fullStream) {
+      if (part.type === 'text-delta') text += part.text;
+      if (part.type === 'reasoning-delta') reasoning += part.text;
+    }
+    const responses = await generateText({ model: openai(thinker), prompt: thinkingPrompt });
+    return {
+      whole: { text: whole.text, reasoning: whole.reasoningText, reasoningTokens: whole.usage.reasoningTokens },
+      streamed: { text, reasoning },
+      responses: { text: responses.text, reasoningTokens: responses.usage.reasoningTokens },
+    };
   },
 };
 

@@ -1,0 +1,39 @@
+"""Whether a chat request's output is split into reasoning and answer, and how. Pure.
+
+The model's reasoning parser (``ServedModel.reasoning_parser``: set per model, or detected from its
+chat template) applies unless the request turns it off:
+
+- a parser with a switch (``deepseek_v3``: the template's ``thinking`` variable) applies only
+  when ``chat_template_kwargs`` sets it true, since the model then answers without reasoning;
+- output constrained by structured outputs (``response_format``, vLLM's ``structured_outputs``,
+  a forced ``tool_choice``) is the constrained answer from its first token on Triton's backends,
+  so there is no reasoning to split, unless the model's ``model_files`` entry says the backend's
+  structured outputs start after the reasoning (``structured_outputs_after_reasoning``: vLLM
+  engines configured with a reasoning parser for structured outputs).
+
+``include_reasoning: false`` keeps the split and drops the reasoning, as vLLM does.
+"""
+
+from __future__ import annotations
+
+from gateway.core.generation_plan import ReasoningPlan
+from gateway.models.catalog import ServedModel
+from gateway.plan.requests import ChatCompletionRequest
+from gateway.reasoning.registry import REASONING_PARSERS
+
+
+def plan_reasoning(request: ChatCompletionRequest, model: ServedModel, *, constrained: bool) -> ReasoningPlan | None:
+    name = model.reasoning_parser
+    if name is None:
+        return None
+    if constrained and not model.structured_outputs_after_reasoning:
+        return None
+    switch = REASONING_PARSERS[name].switch
+    if switch is not None and not (request.chat_template_kwargs or {}).get(switch):
+        return None
+    return ReasoningPlan(name, include=request.include_reasoning)
+
+
+def needs_special_tokens(plan: ReasoningPlan | None) -> bool:
+    """The parser's markers are special tokens that the default decode would remove."""
+    return plan is not None and REASONING_PARSERS[plan.parser].needs_special_tokens
