@@ -38,6 +38,9 @@ class ReasoningPlan:
     """A ``gateway.reasoning`` parser name."""
     include: bool = True
     """False (``include_reasoning: false``): the reasoning is dropped, not sent."""
+    calls: bool = False
+    """The request reads tool calls from the answer: a parser whose format carries calls passes
+    them on (harmony), instead of dropping them."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -132,7 +132,7 @@ async def prepare_chat(
         param="messages",
     )
     constrained = tools.structured is not None or structured_outputs(body) is not None
-    reasoning = plan_reasoning(body, resolved.model, constrained=constrained)
+    reasoning = plan_reasoning(body, resolved.model, constrained=constrained, calls=tools.plan is not None)
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
     requests = to_generation_requests(  # 7
         body,

@@ -22,7 +22,10 @@ from gateway.plan.requests import ChatCompletionRequest
 from gateway.reasoning.registry import REASONING_PARSERS
 
 
-def plan_reasoning(request: ChatCompletionRequest, model: ServedModel, *, constrained: bool) -> ReasoningPlan | None:
+def plan_reasoning(
+    request: ChatCompletionRequest, model: ServedModel, *, constrained: bool, calls: bool
+) -> ReasoningPlan | None:
+    """``calls``: the request reads tool calls from the answer (``plan/tools.py`` said so)."""
     name = model.reasoning_parser
     if name is None:
         return None
@@ -31,7 +34,7 @@ def plan_reasoning(request: ChatCompletionRequest, model: ServedModel, *, constr
     switch = REASONING_PARSERS[name].switch
     if switch is not None and not (request.chat_template_kwargs or {}).get(switch):
         return None
-    return ReasoningPlan(name, include=request.include_reasoning)
+    return ReasoningPlan(name, include=request.include_reasoning, calls=calls)
 
 
 def needs_special_tokens(plan: ReasoningPlan | None) -> bool:

@@ -56,15 +56,17 @@ def _kind(header: str) -> tuple[int, str]:
 
 
 class HarmonyReasoningParser:
-    __slots__ = ("_buf", "_state", "_kind", "_started", "_seen_reasoning", "_answered")
+    __slots__ = ("_buf", "_state", "_kind", "_started", "_answered", "_calls")
 
-    def __init__(self) -> None:
+    def __init__(self, calls: bool = False) -> None:
+        self._calls = calls
+        """Pass calls on to the tool-call parser; without one (no tools, ``tool_choice: "none"``)
+        a call is dropped like a built-in tool's, so its markup never reaches the client."""
         self._buf = ""
         self._state = _HEADER
         self._kind = _CONTENT
         self._started = False
         """The first header has been told apart from plain text."""
-        self._seen_reasoning = False
         self._answered = False
 
     @property
@@ -117,6 +119,8 @@ class HarmonyReasoningParser:
                     break
                 self._started = True
                 self._kind, name = _kind(buf[:at])
+                if self._kind == _CALL and not self._calls:
+                    self._kind = _HIDDEN
                 self._state, self._buf = _BODY, buf[at + len(MESSAGE) :]
                 if self._kind == _CALL:
                     content.append(CALL_OPEN + "functions." + name + MESSAGE)

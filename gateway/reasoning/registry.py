@@ -28,7 +28,9 @@ class ReasoningSpec:
     """A parser factory with the facts the planner needs about its format."""
 
     name: str
-    factory: Callable[[], ReasoningParser]
+    factory: Callable[[bool], ReasoningParser]
+    """Takes ``calls``: whether the request reads tool calls (the ``openai`` parser passes calls
+    on to the tool-call parser then, and drops them otherwise)."""
     needs_special_tokens: bool
     families: str
     markers: str
@@ -36,14 +38,14 @@ class ReasoningSpec:
     """A chat-template variable that turns thinking on (``chat_template_kwargs``); when set, a
     request that does not set it true gets no reasoning parser: the model answers plainly."""
 
-    def __call__(self) -> ReasoningParser:
-        return self.factory()
+    def __call__(self, calls: bool = False) -> ReasoningParser:
+        return self.factory(calls)
 
 
 _SPECS = (
     ReasoningSpec(
         "deepseek_r1",
-        lambda: TagReasoningParser(THINK, UNTHINK, implicit=True),
+        lambda calls: TagReasoningParser(THINK, UNTHINK, implicit=True),
         needs_special_tokens=False,
         families="DeepSeek-R1 and its distills, QwQ, Qwen3 thinking-only releases (2507): "
         "templates that open <think> in the prompt",
@@ -51,7 +53,7 @@ _SPECS = (
     ),
     ReasoningSpec(
         "deepseek_v3",
-        lambda: TagReasoningParser(THINK, UNTHINK, implicit=True),
+        lambda calls: TagReasoningParser(THINK, UNTHINK, implicit=True),
         needs_special_tokens=False,
         families="DeepSeek V3.1, V3.2 (hybrid: chat_template_kwargs thinking true)",
         markers="as deepseek_r1 with thinking on; plain answers otherwise",
@@ -59,7 +61,7 @@ _SPECS = (
     ),
     ReasoningSpec(
         "qwen3",
-        lambda: TagReasoningParser(THINK, UNTHINK, implicit=False),
+        lambda calls: TagReasoningParser(THINK, UNTHINK, implicit=False),
         needs_special_tokens=False,
         families="Qwen3 (hybrid thinking, enable_thinking), GLM-4.5+, Kimi K2 thinking, MiniMax M2: "
         "models that write both tags",
@@ -67,14 +69,14 @@ _SPECS = (
     ),
     ReasoningSpec(
         "mistral",
-        lambda: TagReasoningParser(("[THINK]",), ("[/THINK]",), implicit=False),
+        lambda calls: TagReasoningParser(("[THINK]",), ("[/THINK]",), implicit=False),
         needs_special_tokens=True,
         families="Magistral Small and Medium (1.2+)",
         markers="[THINK]reasoning[/THINK]answer",
     ),
     ReasoningSpec(
         "granite",
-        lambda: TagReasoningParser(
+        lambda calls: TagReasoningParser(
             ("Here is my thought process:", "Here's my thought process:"),
             ("Here is my response:", "Here's my response:"),
             implicit=False,
@@ -95,9 +97,9 @@ _SPECS = (
 REASONING_PARSERS: Mapping[str, ReasoningSpec] = MappingProxyType({spec.name: spec for spec in _SPECS})
 
 
-def make_reasoning_parser(name: str) -> ReasoningParser:
+def make_reasoning_parser(name: str, *, calls: bool = False) -> ReasoningParser:
     """A fresh parser for one choice. KeyError for an unknown name (settings check names at start)."""
-    return REASONING_PARSERS[name]()
+    return REASONING_PARSERS[name](calls)
 
 
 _CLOSES_IN_PROMPT = re.compile(r"Assistant｜></think>")

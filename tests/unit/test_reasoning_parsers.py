@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from gateway.reasoning.registry import REASONING_PARSERS, detect_reasoning_parser, make_reasoning_parser
 
 
-def run(name: str, pieces: list[str]) -> tuple[str, str]:
-    parser = make_reasoning_parser(name)
+def run(name: str, pieces: list[str], *, calls: bool = True) -> tuple[str, str]:
+    parser = make_reasoning_parser(name, calls=calls)
     reasoning = content = ""
     for piece in pieces:
         r, c = parser.feed(piece)
@@ -82,6 +82,11 @@ def test_any_split_of_any_text_gives_the_split_of_the_whole(name: str, text: str
     points = sorted({min(c, len(text)) for c in cuts})
     pieces = [text[a:b] for a, b in zip([0, *points], [*points, len(text)], strict=True)]
     assert run(name, pieces) == run(name, [text])
+
+
+def test_harmony_drops_a_call_when_the_request_reads_no_calls() -> None:
+    """No tools (or ``tool_choice: "none"``): the call's markup must not reach the content."""
+    assert run("openai", [HARMONY_CALL], calls=False) == ("Need weather <tool_call>.", "")
 
 
 def test_thinking_and_answered_follow_the_output() -> None:
