@@ -93,6 +93,15 @@ def template_kwargs(request: ChatCompletionRequest) -> dict[str, Any] | None:
     return {**(request.chat_template_kwargs or {}), "reasoning_effort": request.reasoning_effort}
 
 
+def chat_echo(request: ChatCompletionRequest) -> tuple[str] | None:
+    """vLLM's chat ``echo``: the last message's text said first, when it is the assistant's (the
+    role of the answer), as vLLM's server shows a prefilled answer back; else nothing."""
+    last = request.messages[-1]
+    if not request.echo or last.role != "assistant":
+        return None
+    return (message_text(last, len(request.messages) - 1) or "",)
+
+
 def chat_max_tokens(request: ChatCompletionRequest) -> int | None:
     """``max_completion_tokens`` wins over the deprecated ``max_tokens``."""
     return request.max_completion_tokens or request.max_tokens

@@ -30,7 +30,7 @@ from gateway.core.generation_plan import GenerationPlan, ToolPlan
 from gateway.models.catalog import ModelCatalog
 from gateway.models.resolve import ResolvedModel, resolve_model
 from gateway.plan.budget import plan_budget
-from gateway.plan.chat import chat_max_tokens, render_chat_prompt
+from gateway.plan.chat import chat_echo, chat_max_tokens, render_chat_prompt
 from gateway.plan.completions import check_completion_options, completion_prompts
 from gateway.plan.extras import check_extras
 from gateway.plan.limits import check_chat_limits, check_sampling_limits
@@ -153,6 +153,7 @@ async def prepare_chat(
         [max_tokens],
         logprobs=logprobs,
         prompt_tokens=(prompt_tokens,),
+        echo=chat_echo(body),
         tools=tools.plan,
     )
 
