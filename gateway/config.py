@@ -318,6 +318,11 @@ class Settings(BaseSettings):
     max_messages: int = Field(default=512, ge=1)
     """Most messages in one chat request."""
 
+    allow_request_chat_template: bool = False
+    """Let a chat request bring its own Jinja ``chat_template`` (a vLLM extra). Off by default: a
+    template is code the gateway runs for the client (sandboxed, but its cost is the client's to
+    choose); off, such a request gets 400 naming ``chat_template``."""
+
     max_prompt_chars: int = Field(default=1_000_000, ge=1)
     """Longest prompt (rendered chat or legacy prompt), in characters."""
 

@@ -11,6 +11,7 @@ Loading reads files, so it happens once per model when the catalog is built, not
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -125,6 +126,16 @@ class ChatTemplate:
         special = {k: _token_text(tokens.get(k)) for k in _SPECIAL_TOKEN_KEYS if _token_text(tokens.get(k))}
         return cls(source, special)
 
+    @staticmethod
+    def for_client(source: str) -> ChatTemplate:
+        """A client's own template for a model that has none (no special tokens known)."""
+        return _client_template(source, ())
+
+    def with_source(self, source: str) -> ChatTemplate:
+        """Another template (a client's own, where allowed) with this model's special tokens.
+        Compiled templates are cached by their text: a client sends the same one again and again."""
+        return _client_template(source, tuple(self._special_tokens.items()))
+
     def render(
         self,
         messages: Sequence[Mapping[str, Any]],
@@ -132,16 +143,63 @@ class ChatTemplate:
         add_generation_prompt: bool = True,
         tools: Sequence[Mapping[str, Any]] | None = None,
         extra: Mapping[str, Any] | None = None,
+        documents: Sequence[Mapping[str, str]] | None = None,
+        continue_final_message: bool = False,
     ) -> str:
+        """``continue_final_message``: the last message is left open for the model to go on with
+        (a prefilled answer): rendered with its text marked, then cut where its text ends, so
+        whatever the template closes a message with (an end-of-turn token, a newline) is left
+        out, as transformers does it."""
+        if continue_final_message:
+            messages = _mark_final_message(messages)
         variables: dict[str, Any] = dict(self._special_tokens)
         variables.update(extra or {})
-        variables.update(messages=list(messages), tools=tools, add_generation_prompt=add_generation_prompt)
+        variables.update(
+            messages=list(messages), tools=tools, documents=documents, add_generation_prompt=add_generation_prompt
+        )
         try:
-            return self._template.render(**variables)
+            rendered = self._template.render(**variables)
         except TemplateError:
             raise
         except jinja2.TemplateError as exc:
             raise InvalidRequestError(f"the chat template failed on these messages: {exc}", param="messages") from exc
+        return _cut_at_marker(rendered) if continue_final_message else rendered
+
+
+_CONTINUE_MARKER = "\u241fgateway-continue\u241f "
+"""Put after the final message's text to find where it ends once rendered. The trailing space
+tells whether the template trims messages (then the text's own trailing space is trimmed too)."""
+
+
+def _mark_final_message(messages: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    if not messages or not isinstance(messages[-1].get("content"), str):
+        raise InvalidRequestError(
+            "continue_final_message needs a final message with text content to continue",
+            param="continue_final_message",
+        )
+    final = messages[-1]
+    return [*messages[:-1], {**final, "content": final["content"] + _CONTINUE_MARKER}]
+
+
+def _cut_at_marker(rendered: str) -> str:
+    at = rendered.rfind(_CONTINUE_MARKER.rstrip())
+    if at < 0:
+        raise InvalidRequestError(
+            "continue_final_message is set but the chat template does not render the final message's text, "
+            "so it cannot be continued",
+            param="continue_final_message",
+        )
+    if rendered.startswith(_CONTINUE_MARKER, at):
+        return rendered[:at]
+    return rendered[:at].rstrip()
+
+
+@functools.lru_cache(maxsize=32)
+def _client_template(source: str, special_tokens: tuple[tuple[str, Any], ...]) -> ChatTemplate:
+    try:
+        return ChatTemplate(source, dict(special_tokens))
+    except jinja2.TemplateSyntaxError as exc:
+        raise InvalidRequestError(f"the chat template does not compile: {exc}", param="chat_template") from exc
 
 
 def _template_from_config(value: Any) -> str | None:

@@ -10,6 +10,7 @@ from typing import Any
 
 from gateway.errors import InvalidRequestError
 from gateway.models.resolve import ResolvedModel
+from gateway.models.templates import ChatTemplate
 from gateway.plan.requests import ChatCompletionRequest, ChatMessage, TextContentPart
 
 
@@ -49,10 +50,14 @@ def to_template_messages(request: ChatCompletionRequest) -> list[dict[str, Any]]
 
 
 def render_chat_prompt(
-    request: ChatCompletionRequest, resolved: ResolvedModel, tools: list[dict[str, Any]] | None = None
+    request: ChatCompletionRequest,
+    resolved: ResolvedModel,
+    tools: list[dict[str, Any]] | None = None,
+    *,
+    allow_request_template: bool = False,
 ) -> str:
     """The prompt text; ``tools`` is what the template's ``tools`` variable gets (``plan/tools.py``)."""
-    template = resolved.model.template
+    template = chat_template_for(request, resolved, allow_request_template)
     if template is None:
         raise InvalidRequestError(
             f"The model '{resolved.model.name}' has no chat template the gateway can find; "
@@ -64,7 +69,25 @@ def render_chat_prompt(
         add_generation_prompt=request.add_generation_prompt,
         tools=tools,
         extra=template_kwargs(request),
+        documents=request.documents,
+        continue_final_message=request.continue_final_message,
     )
+
+
+def chat_template_for(request: ChatCompletionRequest, resolved: ResolvedModel, allowed: bool) -> ChatTemplate | None:
+    """The model's template, or the request's own ``chat_template`` where the setting allows it:
+    a template is code the gateway runs (sandboxed), so an operator opts in."""
+    if request.chat_template is None:
+        return resolved.model.template
+    if not allowed:
+        raise InvalidRequestError(
+            "'chat_template' is not allowed on this gateway (setting allow_request_chat_template)",
+            param="chat_template",
+        )
+    model_template = resolved.model.template
+    if model_template is None:
+        return ChatTemplate.for_client(request.chat_template)
+    return model_template.with_source(request.chat_template)
 
 
 def template_kwargs(request: ChatCompletionRequest) -> dict[str, Any] | None:
@@ -73,6 +96,15 @@ def template_kwargs(request: ChatCompletionRequest) -> dict[str, Any] | None:
     if request.reasoning_effort is None:
         return request.chat_template_kwargs
     return {**(request.chat_template_kwargs or {}), "reasoning_effort": request.reasoning_effort}
+
+
+def chat_echo(request: ChatCompletionRequest) -> tuple[str] | None:
+    """vLLM's chat ``echo``: the last message's text said first, when it is the assistant's (the
+    role of the answer), as vLLM's server shows a prefilled answer back; else nothing."""
+    last = request.messages[-1]
+    if not request.echo or last.role != "assistant":
+        return None
+    return (message_text(last, len(request.messages) - 1) or "",)
 
 
 def chat_max_tokens(request: ChatCompletionRequest) -> int | None:

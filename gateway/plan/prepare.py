@@ -4,7 +4,7 @@
 stage one call into the module that owns it, none calling back into an earlier one:
 
 1. check the body alone (``limits``: the gateway's own caps on ``n``, messages, options; chat's
-   deprecated ``functions`` read as ``tools``);
+   deprecated ``functions`` read as ``tools``; ``extras``: vLLM's extras that cannot be honoured);
 2. resolve the model and adapter (``models.resolve``, on the catalog's snapshot);
 3. check the body against the model (``validate``: what vLLM would refuse);
 4. tools (``tools``: what ``tools``/``tool_choice`` do to the prompt, the sampling, the reading);
@@ -30,8 +30,9 @@ from gateway.core.generation_plan import GenerationPlan, ReasoningPlan, ToolPlan
 from gateway.models.catalog import ModelCatalog
 from gateway.models.resolve import ResolvedModel, resolve_model
 from gateway.plan.budget import plan_budget
-from gateway.plan.chat import chat_max_tokens, render_chat_prompt
+from gateway.plan.chat import chat_echo, chat_max_tokens, render_chat_prompt
 from gateway.plan.completions import check_completion_options, completion_prompts
+from gateway.plan.extras import check_extras
 from gateway.plan.limits import check_chat_limits, check_sampling_limits
 from gateway.plan.reasoning import needs_special_tokens, plan_reasoning
 from gateway.plan.requests import ChatCompletionRequest, CompletionRequest, SamplingFields
@@ -118,10 +119,13 @@ async def prepare_chat(
 ) -> GenerationPlan:
     body = from_legacy_functions(body)  # 1
     check_chat_limits(body, max_n=settings.max_n, max_messages=settings.max_messages)
+    check_extras(body)
     resolved = resolve_model(body.model, await catalog.models(), settings.lora_separator)  # 2
     check_request(body, resolved.model, settings)  # 3
     tools: ToolsDecision = plan_tools(body, resolved.model) if body.tools else NO_TOOLS  # 4
-    prompt = render_chat_prompt(body, resolved, tools.template_tools)  # 5
+    prompt = render_chat_prompt(  # 5
+        body, resolved, tools.template_tools, allow_request_template=settings.allow_request_chat_template
+    )
     max_tokens, prompt_tokens = await plan_budget(  # 6
         chat_max_tokens(body),
         resolved.model,
@@ -156,6 +160,7 @@ async def prepare_chat(
         [max_tokens],
         logprobs=logprobs,
         prompt_tokens=(prompt_tokens,),
+        echo=chat_echo(body),
         tools=tools.plan,
         reasoning=reasoning,
     )
@@ -166,6 +171,7 @@ async def prepare_completion(
 ) -> GenerationPlan:
     check_sampling_limits(body, max_n=settings.max_n)  # 1
     check_completion_options(body)
+    check_extras(body)
     prompts = completion_prompts(body)  # 5 comes first: a prompt the contract cannot take is a 400 about the body
     resolved = resolve_model(body.model, await catalog.models(), settings.lora_separator)  # 2
     check_request(body, resolved.model, settings)  # 3; no tools (4) on legacy completions

@@ -108,6 +108,12 @@ class SamplingExtras(NullMeansDefault):
     skip_special_tokens: bool | None = None
     include_stop_str_in_output: bool = False
     structured_outputs: StructuredOutputs | None = None
+    bad_words: list[str] | None = None
+    """Words the output must not contain: the backend bans each one's last token wherever the
+    tokens before it were just generated (vLLM's ``SamplingParams.bad_words``)."""
+    allowed_token_ids: list[int] | None = None
+    """The only tokens the backend may sample (vLLM's ``SamplingParams.allowed_token_ids``)."""
+    spaces_between_special_tokens: bool | None = None
 
     @field_validator("stop")
     @classmethod
@@ -136,6 +142,28 @@ class SamplingFields(SamplingExtras):
     prompt_cache_key: str | None = None
     """OpenAI's cache-routing hint: with several Triton replicas, requests sharing it go to one
     (``routing_policy``)."""
+    # vLLM's request-level extras. Declared, not left as unknown extras, so that each one is either
+    # honoured or refused by name (``plan/extras.py``); none is dropped without a word.
+    use_beam_search: bool = False
+    length_penalty: float | None = None
+    truncate_prompt_tokens: int | None = Field(default=None, ge=-1)
+    truncation_side: Literal["left", "right"] | None = None
+    prompt_logprobs: int | None = None
+    logprob_token_ids: list[int] | None = None
+    add_special_tokens: bool | None = None
+    return_tokens_as_token_ids: bool | None = None
+    return_token_ids: bool | None = None
+    priority: int = 0
+    cache_salt: str | None = None
+    kv_transfer_params: dict[str, Any] | None = None
+    ec_transfer_params: dict[str, Any] | None = None
+    vllm_xargs: dict[str, Any] | None = None
+    repetition_detection: dict[str, Any] | None = None
+    thinking_token_budget: int | None = None
+    stream_interval: int | None = Field(default=None, ge=1)
+    watermarking: bool | None = None
+    request_id: str | None = None
+    session_id: str | None = None
 
     @field_validator("logit_bias")
     @classmethod
@@ -148,8 +176,8 @@ class SamplingFields(SamplingExtras):
         return value
 
 
-ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
-"""OpenAI's levels of ``reasoning_effort`` (chat) and ``reasoning.effort`` (Responses)."""
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
+"""OpenAI's levels of ``reasoning_effort`` (chat) and ``reasoning.effort`` (Responses), and vLLM's ``max``."""
 
 
 class ChatCompletionRequest(SamplingFields):
@@ -172,6 +200,17 @@ class ChatCompletionRequest(SamplingFields):
     # vLLM extensions
     chat_template_kwargs: dict[str, Any] | None = None
     add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    """Render the last message open-ended, for the model to continue it (a prefilled answer); no
+    generation prompt then (``models.templates.ChatTemplate.render``)."""
+    documents: list[dict[str, str]] | None = None
+    """Retrieval documents, the chat template's ``documents`` variable (templates without a RAG
+    mode ignore them, as on vLLM)."""
+    chat_template: str | None = None
+    """A Jinja chat template for this request, used only where ``allow_request_chat_template`` is on."""
+    echo: bool = False
+    """vLLM's chat ``echo``: the answer starts with the last message's content when that message
+    is the assistant's (a prefill shown back)."""
     include_reasoning: bool = True
     """False: a reasoning model's reasoning is split from the answer and dropped (still counted)."""
 
@@ -182,3 +221,6 @@ class CompletionRequest(SamplingFields):
     logprobs: int | None = Field(default=None, ge=0, le=20)
     suffix: str | None = None
     best_of: int | None = Field(default=None, ge=1)
+    response_format: ResponseFormat | None = None
+    """vLLM takes chat's ``response_format`` on completions too: turned into structured outputs."""
+    prompt_embeds: Any = None

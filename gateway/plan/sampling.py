@@ -13,7 +13,7 @@ from typing import Any
 
 from gateway.backend.types import GenerationRequest, Placement
 from gateway.models.resolve import ResolvedModel
-from gateway.plan.requests import ChatCompletionRequest, SamplingFields
+from gateway.plan.requests import ChatCompletionRequest, CompletionRequest, SamplingFields
 
 # request field → SamplingParams field, copied when set (not None).
 _PASS_THROUGH = (
@@ -29,6 +29,8 @@ _PASS_THROUGH = (
     "ignore_eos",
     "stop_token_ids",
     "skip_special_tokens",
+    "allowed_token_ids",
+    "spaces_between_special_tokens",
 )
 
 
@@ -62,6 +64,10 @@ def to_sampling_params(
         params["stop"] = stops
     if request.include_stop_str_in_output:
         params["include_stop_str_in_output"] = True
+    if request.bad_words:
+        params["bad_words"] = request.bad_words
+    if request.vllm_xargs:
+        params["extra_args"] = request.vllm_xargs  # vLLM's server hands them on under this name
     if request.logit_bias:
         params["logit_bias"] = {str(int(k)): float(v) for k, v in request.logit_bias.items()}
     if logprobs is not None:
@@ -87,7 +93,7 @@ def structured_outputs(request: SamplingFields) -> str | None:
         if given.get("json_object") is False:
             del given["json_object"]  # vLLM counts a false json_object as a constraint
         return json.dumps(given)
-    fmt = request.response_format if isinstance(request, ChatCompletionRequest) else None
+    fmt = request.response_format if isinstance(request, (ChatCompletionRequest, CompletionRequest)) else None
     if fmt is None or fmt.type == "text":
         return None
     if fmt.type == "json_object":

@@ -8,8 +8,9 @@ is made here, with vLLM's wording and the field named:
 - ``SamplingParams._verify_args``: ``min_tokens`` at most ``max_tokens`` (in ``budget.py``, against
   the ``max_tokens`` actually sent). Not its "n must be 1 when using greedy sampling": each choice
   is a request of its own (``n`` 1), so ``n`` greedy choices are n answers, as OpenAI gives them;
-- ``SamplingParams.verify``: ``stop_token_ids`` and ``logit_bias`` ids within the vocabulary
-  (negative ids always; the upper bound when the model's tokenizer is known);
+- ``SamplingParams.verify``: ``stop_token_ids``, ``logit_bias`` and ``allowed_token_ids`` ids within
+  the vocabulary (negative ids always; the upper bound when the model's tokenizer is known), and
+  ``allowed_token_ids`` not empty;
 - the input processor: an empty prompt (in ``budget.py``: it needs the token count);
 - the chat request's ``tools``/``tool_choice`` consistency (vLLM's ``check_tool_usage``);
 - ``structured_outputs``: exactly one constraint (``StructuredOutputsParams.__post_init__``), and
@@ -25,13 +26,20 @@ from collections.abc import Iterable
 from gateway.config import Settings
 from gateway.errors import InvalidRequestError
 from gateway.models.catalog import ServedModel
-from gateway.plan.requests import ChatCompletionRequest, SamplingFields
+from gateway.plan.requests import ChatCompletionRequest, CompletionRequest, SamplingFields
 
 
 def check_request(body: SamplingFields, model: ServedModel, settings: Settings) -> None:
     """Every check here but the prompt's (``budget.py`` makes those, per prompt)."""
     vocab = model.tokenizer.get_vocab_size() if model.tokenizer is not None else None
-    for name, ids in (("stop_token_ids", body.stop_token_ids or ()), ("logit_bias", _bias_ids(body))):
+    if body.allowed_token_ids is not None and not body.allowed_token_ids:
+        raise InvalidRequestError("allowed_token_ids is not None and empty!", param="allowed_token_ids")
+    checked = (
+        ("stop_token_ids", body.stop_token_ids or ()),
+        ("logit_bias", _bias_ids(body)),
+        ("allowed_token_ids", body.allowed_token_ids or ()),
+    )
+    for name, ids in checked:
         _check_ids(name, ids, vocab)
     if isinstance(body, ChatCompletionRequest):
         check_tool_choice(body)
@@ -48,7 +56,7 @@ def check_structured_outputs(body: SamplingFields) -> None:
     """One constraint in ``structured_outputs``, and no JSON ``response_format`` beside it."""
     if body.structured_outputs is None:
         return
-    fmt = body.response_format if isinstance(body, ChatCompletionRequest) else None
+    fmt = body.response_format if isinstance(body, (ChatCompletionRequest, CompletionRequest)) else None
     if fmt is not None and fmt.type != "text":
         raise InvalidRequestError(
             f"'structured_outputs' cannot be combined with a 'response_format' of type '{fmt.type}': give one of them.",

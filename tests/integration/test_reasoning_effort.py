@@ -63,8 +63,8 @@ def test_responses_reasoning_effort_reaches_the_template_and_is_echoed(effort_ga
 @pytest.mark.parametrize(
     ("path", "body", "param"),
     [
-        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "reasoning_effort": "max"}, "reasoning_effort"),
-        ("/v1/responses", {"input": "hi", "reasoning": {"effort": "max"}}, "reasoning.effort"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "reasoning_effort": "extreme"}, "reasoning_effort"),
+        ("/v1/responses", {"input": "hi", "reasoning": {"effort": "extreme"}}, "reasoning.effort"),
     ],
 )  # fmt: skip
 def test_an_unknown_effort_is_a_400_naming_it(

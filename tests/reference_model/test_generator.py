@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from bad_words import bad_word_token_ids
 from engine import TinyLlmEngine
 from generator import FINISH_LENGTH, FINISH_STOP, Generation, PromptTooLongError, SequenceDelta, merge_deltas
 from sampling_params import SamplingParams
@@ -155,3 +156,24 @@ def test_skip_special_tokens_false_emits_special_token_text(engine: TinyLlmEngin
     assert run(engine, params)[0][0].text == b"<|im_start|>"
     params = SamplingParams(temperature=0, max_tokens=1, logit_bias={3: 100})
     assert run(engine, params)[0][0].text == b""
+
+
+def test_allowed_token_ids_are_the_only_tokens_sampled(engine: TinyLlmEngine) -> None:
+    allowed = [10, 11, 12]
+    for seed in range(3):
+        steps = run(engine, SamplingParams(seed=seed, max_tokens=8, allowed_token_ids=tuple(allowed), logprobs=0))
+        chosen = [int(next(iter(entry))) for step in steps for entry in step[0].logprobs]
+        assert chosen and set(chosen) <= set(allowed)
+
+
+def test_bad_words_never_appear_where_they_would_have(engine: TinyLlmEngine) -> None:
+    def tokens(params: SamplingParams) -> list[int]:
+        return [int(next(iter(entry))) for step in run(engine, params) for entry in step[0].logprobs]
+
+    free = tokens(SamplingParams(temperature=0, max_tokens=12, logprobs=0))
+    word = engine.tokenizer.decode(free[:2])
+    sequences = bad_word_token_ids([word], engine.encode_text)
+    assert any(free[i : i + len(seq)] == list(seq) for seq in sequences for i in range(len(free)))
+    kept_out = tokens(SamplingParams(temperature=0, max_tokens=12, logprobs=0, bad_words=(word,)))
+    assert kept_out != free
+    assert not any(kept_out[i : i + len(seq)] == list(seq) for seq in sequences for i in range(len(kept_out)))

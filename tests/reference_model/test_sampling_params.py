@@ -101,6 +101,11 @@ def test_temperature_zero_is_greedy() -> None:
         ({"seed": "1"}, "seed"),
         ({"lora_name": 3}, "lora_name"),
         ({"best_of": 2}, "best_of"),
+        ({"bad_words": "word"}, "bad_words"),
+        ({"bad_words": ["ok", 1]}, "bad_words"),
+        ({"allowed_token_ids": []}, "allowed_token_ids"),
+        ({"allowed_token_ids": [100]}, "allowed_token_ids"),
+        ({"spaces_between_special_tokens": 1}, "spaces_between_special_tokens"),
         ({"maxTokens": 2}, "maxTokens"),
     ],
 )
@@ -135,3 +140,10 @@ def test_unknown_lora_uses_the_vllm_backend_wording() -> None:
     with pytest.raises(SamplingParamsError) as info:
         parse({"lora_name": "gamma"})
     assert str(info.value) == "LoRA gamma is not supported, we currently support ['alpha', 'beta']"
+
+
+def test_vllm_token_extras_parse() -> None:
+    params = parse({"bad_words": ["a", "b", "a"], "allowed_token_ids": [3, 5], "spaces_between_special_tokens": False})
+    assert params.bad_words == ("a", "b")
+    assert params.allowed_token_ids == (3, 5)
+    assert params.spaces_between_special_tokens is False

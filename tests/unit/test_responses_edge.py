@@ -244,7 +244,7 @@ async def test_a_chain_renders_history_and_the_store_serves_it(tmp_path: Path) -
     ("extra", "param"),
     [
         ({"background": True}, "background"),
-        ({"reasoning": {"effort": "max"}}, "reasoning.effort"),
+        ({"reasoning": {"effort": "extreme"}}, "reasoning.effort"),
         ({"tools": [{"type": "web_search"}]}, "tools.0.type"),
         (
             {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},

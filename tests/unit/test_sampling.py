@@ -236,8 +236,29 @@ def test_unknown_response_format_type_is_refused() -> None:
         chat(response_format={"type": "yaml"})
 
 
-def test_legacy_completions_have_no_response_format() -> None:
-    assert "structured_outputs" not in params(completion(response_format={"type": "json_object"}))
+def test_legacy_completions_take_response_format_as_vllm_does() -> None:
+    sent = params(completion(response_format={"type": "json_object"}))
+    assert orjson.loads(sent["structured_outputs"]) == {"json_object": True}
+
+
+def test_vllm_sampling_extras_are_sent_under_sampling_params_names() -> None:
+    sent = params(
+        chat(
+            bad_words=["foo", "bar baz"],
+            allowed_token_ids=[1, 2, 3],
+            spaces_between_special_tokens=False,
+            vllm_xargs={"my_processor": 1},
+        )
+    )
+    assert sent["bad_words"] == ["foo", "bar baz"]
+    assert sent["allowed_token_ids"] == [1, 2, 3]
+    assert sent["spaces_between_special_tokens"] is False
+    assert sent["extra_args"] == {"my_processor": 1}
+
+
+def test_unset_vllm_sampling_extras_are_not_sent() -> None:
+    sent = params(chat(bad_words=[], allowed_token_ids=None))
+    assert not {"bad_words", "allowed_token_ids", "spaces_between_special_tokens", "extra_args"} & sent.keys()
 
 
 # -- vLLM's structured_outputs extra ----------------------------------------------------------------

@@ -57,19 +57,19 @@ def test_n_with_sampling_or_greedy_is_accepted(fields: dict[str, Any]) -> None:
 # -- token ids ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("field", ["stop_token_ids", "logit_bias"])
+@pytest.mark.parametrize("field", ["stop_token_ids", "logit_bias", "allowed_token_ids"])
 @pytest.mark.parametrize("model", [TINY, UNKNOWN])
 def test_negative_token_ids_are_refused_with_or_without_a_tokenizer(field: str, model: ServedModel) -> None:
-    body = completion(**({field: [-1, 3]} if field == "stop_token_ids" else {field: {"-1": 5, "3": 1}}))
+    body = completion(**({field: {"-1": 5, "3": 1}} if field == "logit_bias" else {field: [-1, 3]}))
     error = refusal(body, model)
     assert error.param == field
     assert error.message.startswith(f"token_id(s) [-1] in {field} contain out-of-vocab token ids.")
 
 
-@pytest.mark.parametrize("field", ["stop_token_ids", "logit_bias"])
+@pytest.mark.parametrize("field", ["stop_token_ids", "logit_bias", "allowed_token_ids"])
 def test_token_ids_past_the_vocabulary_are_refused_when_the_tokenizer_is_known(field: str) -> None:
     def body(ids: list[int]) -> CompletionRequest:
-        return completion(**({field: ids} if field == "stop_token_ids" else {field: {str(i): 1 for i in ids}}))
+        return completion(**({field: {str(i): 1 for i in ids}} if field == "logit_bias" else {field: ids}))
 
     check_request(body([0, VOCAB - 1]), TINY, SETTINGS)
     error = refusal(body([0, VOCAB, 99999]))
@@ -78,6 +78,11 @@ def test_token_ids_past_the_vocabulary_are_refused_when_the_tokenizer_is_known(f
         f"token_id(s) [{VOCAB}, 99999] in {field} contain out-of-vocab token ids. Vocabulary size: {VOCAB}"
     )
     check_request(body([99999]), UNKNOWN, SETTINGS)  # unknown vocabulary: the backend decides
+
+
+def test_empty_allowed_token_ids_are_refused_as_vllm_refuses_them() -> None:
+    error = refusal(chat(allowed_token_ids=[]), UNKNOWN)
+    assert (error.param, error.message) == ("allowed_token_ids", "allowed_token_ids is not None and empty!")
 
 
 # -- logit_bias per backend -----------------------------------------------------------------------

@@ -439,3 +439,35 @@ def test_tools_render_the_same_prompt_and_auto_answers_the_same(gw: openai.OpenA
     # vLLM's server; the random model calls nothing, so both answer the same text.
     kwargs = {"messages": messages("Weather in Paris?"), "tools": [WEATHER_TOOL], "max_tokens": 24, **GREEDY}
     assert _tool_answer(gw, **kwargs) == _tool_answer(vl, **kwargs)
+
+
+def test_bad_words_and_allowed_token_ids_match(gw: openai.OpenAI, vl: openai.OpenAI) -> None:
+    # Both are vLLM sampling parameters the backend passes on: the same tokens are kept out on both sides.
+    kwargs = {"messages": messages("Once upon a time"), "max_tokens": 16, **GREEDY}
+    free = both(chat, gw, vl, **kwargs)[0]
+    first = both(chat, gw, vl, **kwargs, logprobs=True)[0].logprobs[0]["content"][0]["token"]
+    for extra in ({"bad_words": [first.strip()]}, {"allowed_token_ids": [10, 11, 12, 13], "ignore_eos": True}):
+        ours, theirs = both(chat, gw, vl, **kwargs, extra_body=extra)
+        assert ours == theirs
+        if "allowed_token_ids" in extra:  # a bad word that changes the random model's text is yet to be found
+            assert ours.texts != free.texts  # the field took effect on both sides
+
+
+def test_continue_final_message_matches(gw: openai.OpenAI, vl: openai.OpenAI) -> None:
+    prefill = [*messages("Tell me a story"), {"role": "assistant", "content": "Once upon"}]
+    extra = {"continue_final_message": True, "add_generation_prompt": False}
+    ours, theirs = both(chat, gw, vl, messages=prefill, max_tokens=16, **GREEDY, extra_body=extra)
+    assert ours == theirs  # same prompt tokens (usage) and same continuation
+    echoed, vllm_echoed = both(
+        chat, gw, vl, messages=prefill, max_tokens=16, **GREEDY, extra_body={**extra, "echo": True}
+    )
+    assert echoed == vllm_echoed and echoed.texts[0].startswith("Once upon")
+
+
+def test_documents_render_the_same_prompt(gw: openai.OpenAI, vl: openai.OpenAI) -> None:
+    # tiny-llm's template has no RAG mode: both ignore the documents, so prompt and answer agree.
+    extra = {"documents": [{"title": "Paris", "text": "Paris is the capital of France."}]}
+    ours, theirs = both(
+        chat, gw, vl, messages=messages("Capital of France?"), max_tokens=12, **GREEDY, extra_body=extra
+    )
+    assert ours == theirs

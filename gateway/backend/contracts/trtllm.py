@@ -33,7 +33,7 @@ _SCALARS: dict[str, tuple[tuple[str, ...], str, Callable[[Any], bytes]]] = {
     "seed": (("seed", "random_seed"), "UINT64", lambda v: struct.pack("<Q", int(v) % 2**64)),
 }
 # Where a refused field came from in the client's request, when the name differs.
-_PARAM = {"structured_outputs": "response_format", "lora_name": "model"}
+_PARAM = {"structured_outputs": "response_format", "lora_name": "model", "extra_args": "vllm_xargs"}
 # Handled by the gateway itself (stop strings are also cut there), or meaningless here.
 _GATEWAY_SIDE = {"stop", "include_stop_str_in_output", "skip_special_tokens"}
 

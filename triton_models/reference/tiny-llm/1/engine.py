@@ -103,6 +103,10 @@ class TinyLlmEngine:
         """Prompt ids, special tokens in the text parsed as such; no BOS is added (ChatML style)."""
         return list(self.tokenizer(prompt, add_special_tokens=True)["input_ids"])
 
+    def encode_text(self, text: str) -> list[int]:
+        """Tokens of a piece of text inside a prompt or output (no special tokens added)."""
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
     def compile_grammar(self, constraint: StructuredOutputs) -> CompiledGrammar:
         """A request's structured-output constraint, compiled for this tokenizer (raises GrammarError)."""
         return CompiledGrammar(constraint, self._grammar_tokenizer, self.vocab_size)

@@ -13,6 +13,10 @@ a stop string -> "stop"; a token that completes the structured-output grammar ->
 ``max_tokens`` or ``max_model_len`` reached -> "length".
 EOS, stop tokens and stop strings are disabled until ``min_tokens`` tokens exist.
 
+``allowed_token_ids`` masks every other token, and ``bad_words`` bans the tokens that would
+complete one (bad_words.py), both before ``logit_bias`` and the penalties, as vLLM's sampler
+masks them first.
+
 Structured outputs (``params.structured``, grammar.py): each sequence has its own matcher; its mask
 comes first (as vLLM applies its bitmask before the sampler), EOS is allowed only where the grammar
 accepts (never with ``ignore_eos``), and a token that completes the grammar ends the sequence with
@@ -26,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from bad_words import bad_word_token_ids, banned_tokens
 from engine import TinyLlmEngine
 from grammar import TokenMatcher
 from sampler import apply_logit_bias, apply_penalties, ban_tokens, choose_token, logprob_entry
@@ -97,6 +102,11 @@ class Generation:
         self._prompt_mask[torch.tensor(prompt_ids, dtype=torch.long)] = True
         self._stop_ids = frozenset(params.stop_token_ids) | (frozenset() if params.ignore_eos else engine.eos_token_ids)
         self._grammar = None if params.structured is None else engine.compile_grammar(params.structured)
+        self._bad_words = bad_word_token_ids(params.bad_words, engine.encode_text)
+        self._disallowed: torch.Tensor | None = None
+        if params.allowed_token_ids is not None:
+            self._disallowed = torch.ones(engine.vocab_size, dtype=torch.bool)
+            self._disallowed[torch.tensor(params.allowed_token_ids, dtype=torch.long)] = False
         self.sequences = [self._new_sequence(index) for index in range(params.n)]
 
     def _new_sequence(self, index: int) -> _Sequence:
@@ -132,6 +142,10 @@ class Generation:
             sequence.matcher.mask_logits(logits)
             if params.ignore_eos:
                 ban_tokens(logits, self._engine.eos_token_ids)  # EOS would complete the grammar early
+        if self._disallowed is not None:
+            logits.masked_fill_(self._disallowed, -float("inf"))
+        if self._bad_words:
+            ban_tokens(logits, banned_tokens(self._bad_words, sequence.token_ids))
         apply_logit_bias(logits, params.logit_bias)
         before_min_tokens = len(sequence.token_ids) < params.min_tokens
         if before_min_tokens:

@@ -53,8 +53,14 @@ class SamplingParams:
     logprobs: int | None = None
     logit_bias: dict[int, float] = field(default_factory=dict)
     skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
+    """Accepted, no effect: text is the tokens' own bytes, never joined with spaces."""
     include_stop_str_in_output: bool = False
     lora_name: str | None = None
+    bad_words: tuple[str, ...] = ()
+    """Words whose tokens must not be generated in sequence (bad_words.py)."""
+    allowed_token_ids: tuple[int, ...] | None = None
+    """When set, the only tokens that may be sampled."""
     structured: StructuredOutputs | None = None
     """From ``structured_outputs`` (or ``guided_decoding``): the constraint the tokens must follow."""
 
@@ -107,6 +113,19 @@ def _as_token_ids(key: str, value: Any, vocab_size: int) -> tuple[int, ...]:
     for token_id in ids:
         if not 0 <= token_id < vocab_size:
             raise _fail(key, f"must hold token ids in [0, {vocab_size})", value)
+    return ids
+
+
+def _as_words(key: str, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise _fail(key, "must be a list of strings", value)
+    return tuple(dict.fromkeys(value))
+
+
+def _as_allowed_ids(key: str, value: Any, vocab_size: int) -> tuple[int, ...]:
+    ids = _as_token_ids(key, value, vocab_size)
+    if not ids:
+        raise _fail(key, "must not be empty", value)
     return ids
 
 
@@ -228,6 +247,9 @@ _PARSERS: dict[str, Any] = {
     "logprobs": _scalar(_as_int),
     "logit_bias": lambda key, value, limits: _as_logit_bias(key, value, limits.vocab_size),
     "skip_special_tokens": _scalar(_as_bool),
+    "spaces_between_special_tokens": _scalar(_as_bool),
+    "bad_words": _scalar(_as_words),
+    "allowed_token_ids": lambda key, value, limits: _as_allowed_ids(key, value, limits.vocab_size),
     "include_stop_str_in_output": _scalar(_as_bool),
     "lora_name": _scalar(_as_str),
 }
