@@ -108,8 +108,9 @@ class ModelFiles(BaseModel):
     max_model_len: int | None = Field(default=None, ge=1)
     """The model's context length, when ``model.json`` does not say it."""
     tool_call_parser: str | None = None
-    """The tool-call format the model emits (``hermes``, ``llama3_json``, ``mistral``,
-    ``pythonic``). Unset: detected from the chat template's own markers; none found means
+    """The tool-call format the model emits, by vLLM's ``--tool-call-parser`` name (``hermes``,
+    ``llama3_json``, ``mistral``, ``pythonic``, ``qwen3_coder``, ``glm45``, ``deepseek_v31``,
+    ``kimi_k2``). Unset: detected from the chat template's own markers; none found means
     ``tool_choice: "auto"`` gets a 400 for this model (forced tool choices still work)."""
     exclude_tools_when_tool_choice_none: bool = False
     """Whether ``tool_choice: "none"`` leaves the tools out of the prompt. False, as vLLM's
