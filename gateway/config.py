@@ -109,8 +109,9 @@ class ModelFiles(BaseModel):
     max_model_len: int | None = Field(default=None, ge=1)
     """The model's context length, when ``model.json`` does not say it."""
     tool_call_parser: str | None = None
-    """The tool-call format the model emits (``hermes``, ``llama3_json``, ``mistral``,
-    ``pythonic``). Unset: detected from the chat template's own markers; none found means
+    """The tool-call format the model emits, by vLLM's ``--tool-call-parser`` name (``hermes``,
+    ``llama3_json``, ``mistral``, ``pythonic``, ``qwen3_coder``, ``glm45``, ``deepseek_v31``,
+    ``kimi_k2``, ``openai``). Unset: detected from the chat template's own markers; none found means
     ``tool_choice: "auto"`` gets a 400 for this model (forced tool choices still work)."""
     reasoning_parser: str | None = None
     """How the model writes its reasoning (``deepseek_r1``, ``deepseek_v3``, ``qwen3``,

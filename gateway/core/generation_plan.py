@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.backend.types import GenerationRequest
+from gateway.tools.params import ToolParams
 
 FORCED_NAMED = "forced_named"
 FORCED_REQUIRED = "forced_required"
@@ -28,6 +29,9 @@ class ToolPlan:
     legacy_functions: bool = False
     """The request used ``functions``: the call is answered as ``function_call`` (OpenAI's
     deprecated shape, finish reason ``function_call``), not as ``tool_calls``."""
+    params: ToolParams = ()
+    """The tools' parameter types, for a parser whose format writes values as bare text
+    (``ParserSpec.typed``); empty for the others. A tuple, so the plan stays hashable."""
 
 
 @dataclass(frozen=True, slots=True)

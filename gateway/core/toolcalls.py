@@ -44,7 +44,7 @@ class ToolCallReader:
     __slots__ = ("_parser", "_parallel", "_named", "_open", "calls")
 
     def __init__(self, plan: ToolPlan) -> None:
-        self._parser: ToolCallParser = make_parser(plan.parser, plan.tool_names)
+        self._parser: ToolCallParser = make_parser(plan.parser, plan.tool_names, plan.params)
         self._parallel = plan.parallel
         self._named = plan.parser == FORCED_NAMED
         self.calls = 0

@@ -29,6 +29,7 @@ from gateway.core.generation_plan import FORCED_NAMED, FORCED_REQUIRED, ToolPlan
 from gateway.errors import InvalidRequestError
 from gateway.models.catalog import ServedModel
 from gateway.plan.requests import ChatCompletionRequest
+from gateway.tools.params import ToolParams, tool_params
 from gateway.tools.registry import PARSERS
 from gateway.tools.schemas import named_call_schema, required_calls_schema
 
@@ -97,7 +98,9 @@ def plan_tools(body: ChatCompletionRequest, model: ServedModel) -> ToolsDecision
                 "or use tool_choice 'required' or a named function.",
                 param="tool_choice",
             )
-        return ToolsDecision(tools, ToolPlan(model.tool_parser, names, parallel, legacy_functions=legacy), None)
+        params = _params(tools) if PARSERS[model.tool_parser].typed else ()
+        plan = ToolPlan(model.tool_parser, names, parallel, legacy_functions=legacy, params=params)
+        return ToolsDecision(tools, plan, None)
     _check_enforceable(model)
     if choice == "required":
         functions = [(tool["function"]["name"], tool["function"].get("parameters")) for tool in tools]
@@ -108,6 +111,11 @@ def plan_tools(body: ChatCompletionRequest, model: ServedModel) -> ToolsDecision
     schema = named_call_schema(tool["function"].get("parameters"))
     forced = ToolPlan(FORCED_NAMED, frozenset({name}), parallel, forced_name=name, legacy_functions=legacy)
     return ToolsDecision(tools, forced, schema)
+
+
+def _params(tools: list[dict[str, Any]]) -> ToolParams:
+    """The parameter types a ``typed`` format's parser reads values with."""
+    return tool_params((tool["function"]["name"], tool["function"].get("parameters")) for tool in tools)
 
 
 def _check_enforceable(model: ServedModel) -> None:

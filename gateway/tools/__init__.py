@@ -1,8 +1,9 @@
 """Tool-call parsers: a model's text in, content and complete tool calls out. Pure, no I/O.
 
 One parser per choice, fed the choice's decoded text in whatever pieces the backend produced.
-Formats (``registry.PARSERS``): ``hermes``, ``llama3_json``, ``mistral``, ``pythonic``, and the
-two shapes structured outputs force (``forced_named``, ``forced_required``). A model's parser is
+Formats (``registry.PARSERS``): ``hermes``, ``llama3_json``, ``mistral``, ``pythonic``,
+``qwen3_coder``, ``glm45``, ``deepseek_v31``, ``kimi_k2``, and the two shapes structured outputs
+force (``forced_named``, ``forced_required``). A model's parser is
 configured or detected from its chat template (``registry.detect_parser``).
 
 Choices made here, and why:

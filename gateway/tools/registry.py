@@ -13,6 +13,8 @@ parser for one choice. Its attributes tell the planner how to run the request:
 - ``forced``: only meaningful when the backend's structured outputs enforce the shape
   (``tool_choice`` required or named, schemas in ``gateway.tools.schemas``); never detected,
   never chosen for ``auto``.
+- ``typed``: the format writes argument values as bare text, typed by the tools' parameter
+  schemas (``gateway.tools.params``), so the planner passes those along with the names.
 - ``families`` and ``markers``: documentation (``/v1/models`` metadata, docs/API.md).
 """
 
@@ -23,14 +25,33 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from gateway.tools.params import ToolParams
+from gateway.tools.parsers.deepseek_v31 import CALL_BEGIN as DEEPSEEK_CALL_BEGIN
+from gateway.tools.parsers.deepseek_v31 import DeepSeekV31Parser
 from gateway.tools.parsers.forced_named import ForcedNamedParser
 from gateway.tools.parsers.forced_required import ForcedRequiredParser
+from gateway.tools.parsers.glm45 import Glm45Parser
 from gateway.tools.parsers.harmony import HarmonyParser
 from gateway.tools.parsers.hermes import HermesParser
+from gateway.tools.parsers.kimi_k2 import ARGUMENT_BEGIN as KIMI_ARGUMENT_BEGIN
+from gateway.tools.parsers.kimi_k2 import KimiK2Parser
 from gateway.tools.parsers.llama3_json import Llama3JsonParser
 from gateway.tools.parsers.mistral import MistralParser
 from gateway.tools.parsers.pythonic import PythonicParser
+from gateway.tools.parsers.qwen3_coder import Qwen3CoderParser
 from gateway.tools.types import ToolCallParser
+
+ParserFactory = Callable[[frozenset[str], ToolParams], ToolCallParser]
+
+
+def _untyped(parser: Callable[[frozenset[str]], ToolCallParser]) -> ParserFactory:
+    """A factory for a format whose arguments are JSON: they carry their own types, so the
+    parameter schemas are not needed."""
+
+    def make(tool_names: frozenset[str], params: ToolParams) -> ToolCallParser:
+        return parser(tool_names)
+
+    return make
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,20 +59,21 @@ class ParserSpec:
     """A parser factory with the facts the planner needs about its format."""
 
     name: str
-    factory: Callable[[frozenset[str]], ToolCallParser]
+    factory: ParserFactory
     needs_special_tokens: bool
     forced: bool
     families: str
     markers: str
+    typed: bool = False
 
-    def __call__(self, tool_names: frozenset[str]) -> ToolCallParser:
-        return self.factory(tool_names)
+    def __call__(self, tool_names: frozenset[str], params: ToolParams = ()) -> ToolCallParser:
+        return self.factory(tool_names, params)
 
 
 _SPECS = (
     ParserSpec(
         "hermes",
-        HermesParser,
+        _untyped(HermesParser),
         needs_special_tokens=True,
         forced=False,
         families="Qwen 2.5, Qwen 3, Hermes 2 Pro / Hermes 3, and fine-tunes on their format",
@@ -59,7 +81,7 @@ _SPECS = (
     ),
     ParserSpec(
         "llama3_json",
-        Llama3JsonParser,
+        _untyped(Llama3JsonParser),
         needs_special_tokens=True,
         forced=False,
         families="Llama 3.1, 3.2, 3.3; Llama 4 with its JSON template",
@@ -67,7 +89,7 @@ _SPECS = (
     ),
     ParserSpec(
         "mistral",
-        MistralParser,
+        _untyped(MistralParser),
         needs_special_tokens=True,
         forced=False,
         families="Mistral 7B v0.3, Mixtral 8x22B, Nemo (JSON array); Small 3.x, Magistral, Devstral (v11+)",
@@ -75,7 +97,7 @@ _SPECS = (
     ),
     ParserSpec(
         "pythonic",
-        PythonicParser,
+        _untyped(PythonicParser),
         needs_special_tokens=True,
         forced=False,
         families="Llama 4 (pythonic prompt), Llama 3.2 pythonic templates",
@@ -83,15 +105,49 @@ _SPECS = (
     ),
     ParserSpec(
         "openai",
-        HarmonyParser,
+        _untyped(HarmonyParser),
         needs_special_tokens=True,
         forced=False,
         families="gpt-oss (harmony; needs the openai reasoning parser, which passes its calls on)",
         markers="<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{...}<|call|>",
     ),
     ParserSpec(
+        "qwen3_coder",
+        Qwen3CoderParser,
+        needs_special_tokens=True,
+        forced=False,
+        families="Qwen3-Coder, Qwen 3.5 and later",
+        markers="<tool_call><function=name><parameter=key>value</parameter>...</function></tool_call>",
+        typed=True,
+    ),
+    ParserSpec(
+        "glm45",
+        Glm45Parser,
+        needs_special_tokens=True,
+        forced=False,
+        families="GLM-4.5, GLM-4.6 (and GLM-4.7's one-line spelling)",
+        markers="<tool_call>name<arg_key>key</arg_key><arg_value>value</arg_value>...</tool_call>",
+        typed=True,
+    ),
+    ParserSpec(
+        "deepseek_v31",
+        _untyped(DeepSeekV31Parser),
+        needs_special_tokens=True,
+        forced=False,
+        families="DeepSeek V3.1, V3.1-Terminus",
+        markers="<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>name<｜tool▁sep｜>{...}<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>",
+    ),
+    ParserSpec(
+        "kimi_k2",
+        _untyped(KimiK2Parser),
+        needs_special_tokens=True,
+        forced=False,
+        families="Kimi K2 Instruct, K2 Thinking, K2.5",
+        markers="<|tool_calls_section_begin|><|tool_call_begin|>functions.name:0<|tool_call_argument_begin|>{...}<|tool_call_end|>...<|tool_calls_section_end|>",
+    ),
+    ParserSpec(
         "forced_named",
-        ForcedNamedParser,
+        _untyped(ForcedNamedParser),
         needs_special_tokens=False,
         forced=True,
         families="any model, tool_choice naming a function (structured outputs)",
@@ -99,7 +155,7 @@ _SPECS = (
     ),
     ParserSpec(
         "forced_required",
-        ForcedRequiredParser,
+        _untyped(ForcedRequiredParser),
         needs_special_tokens=False,
         forced=True,
         families='any model, tool_choice "required" (structured outputs)',
@@ -110,10 +166,11 @@ _SPECS = (
 PARSERS: Mapping[str, ParserSpec] = MappingProxyType({spec.name: spec for spec in _SPECS})
 
 
-def make_parser(name: str, tool_names: frozenset[str]) -> ToolCallParser:
-    """A fresh parser for one choice. KeyError for an unknown name (settings validate names
-    against ``PARSERS`` at startup, so a request never meets one)."""
-    return PARSERS[name](tool_names)
+def make_parser(name: str, tool_names: frozenset[str], params: ToolParams = ()) -> ToolCallParser:
+    """A fresh parser for one choice; ``params`` types the values of the ``typed`` formats.
+    KeyError for an unknown name (settings validate names against ``PARSERS`` at startup, so a
+    request never meets one)."""
+    return PARSERS[name](tool_names, params)
 
 
 _PYTHONIC_PROMPT = re.compile(r"\[\s*func_name1\s*\(")
@@ -130,23 +187,33 @@ def detect_parser(template_source: str) -> str | None:
 
     0. harmony's ``<|channel|>`` → ``openai`` (gpt-oss).
 
-    1. ``<tool_call>`` with a JSON ``"name"`` → ``hermes`` (Qwen 2.5/3, Hermes). Not when the
-       block holds XML (``<function=`` in Qwen3-Coder, ``<arg_key>`` in GLM 4.5): another format.
-    2. ``[TOOL_CALLS]`` → ``mistral``.
-    3. A pythonic prompt (``[func_name1(...``, Meta's wording) → ``pythonic``.
-    4. Llama 4 (``<|header_start|>``, never in Llama 3): ``llama3_json`` when the template asks
+    1. ``<tool_call>`` with XML inside the block: ``<function=`` → ``qwen3_coder`` (Qwen3-Coder,
+       Qwen 3.5), ``<arg_key>`` → ``glm45`` (GLM-4.5, 4.6). Else with a JSON ``"name"`` →
+       ``hermes`` (Qwen 2.5/3, Hermes).
+    2. ``<|tool_call_argument_begin|>`` → ``kimi_k2``.
+    3. ``<｜tool▁call▁begin｜>`` → ``deepseek_v31``, unless the template fences the arguments in
+       a JSON code block (DeepSeek V3 and R1, whose format is not parsed here: None).
+    4. ``[TOOL_CALLS]`` → ``mistral``.
+    5. A pythonic prompt (``[func_name1(...``, Meta's wording) → ``pythonic``.
+    6. Llama 4 (``<|header_start|>``, never in Llama 3): ``llama3_json`` when the template asks
        for ``"parameters"`` JSON (the template shipped with Llama 4 does), else ``pythonic``
        (Llama 4's documented native format).
-    5. Llama 3.x (``<|start_header_id|>``) with ``<|python_tag|>`` or the ``"parameters"`` JSON
+    7. Llama 3.x (``<|start_header_id|>``) with ``<|python_tag|>`` or the ``"parameters"`` JSON
        prompt → ``llama3_json``. Llama 3.0's template has neither (no tool calling): None.
     """
     source = template_source
     if "<|channel|>" in source:
         return "openai"
     if "<tool_call>" in source:
-        if "<function=" in source or "<arg_key>" in source:
-            return None
+        if "<function=" in source:
+            return "qwen3_coder"
+        if "<arg_key>" in source:
+            return "glm45"
         return "hermes" if '"name"' in source else None
+    if KIMI_ARGUMENT_BEGIN in source:
+        return "kimi_k2"
+    if DEEPSEEK_CALL_BEGIN in source:
+        return None if "```json" in source else "deepseek_v31"
     if "[TOOL_CALLS]" in source:
         return "mistral"
     if _PYTHONIC_PROMPT.search(source):

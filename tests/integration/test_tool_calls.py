@@ -84,6 +84,38 @@ CASES: dict[str, tuple[str, str, list[tuple[str, dict[str, Any]]]]] = {
         "",
         [_call("get_weather", WEATHER), _call("get_time", TIME)],
     ),
+    "qwen3_coder": (
+        "Checking both.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nZürich 東京 🙂\n</parameter>\n"
+        "<parameter=unit>\nc\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=get_time>\n"
+        "<parameter=tz>\nEurope/Paris\n</parameter>\n</function>\n</tool_call>",
+        "Checking both.\n",
+        [_call("get_weather", WEATHER), _call("get_time", TIME)],
+    ),
+    "glm45": (
+        "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Zürich 東京 🙂</arg_value>\n"
+        "<arg_key>unit</arg_key>\n<arg_value>c</arg_value>\n</tool_call>"
+        "<tool_call>get_time<arg_key>tz</arg_key><arg_value>Europe/Paris</arg_value></tool_call>",
+        "",
+        [_call("get_weather", WEATHER), _call("get_time", TIME)],
+    ),
+    "deepseek_v31": (
+        "Checking both.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>"
+        + _dumps(WEATHER)
+        + "<｜tool▁call▁end｜><｜tool▁call▁begin｜>get_time<｜tool▁sep｜>"
+        + _dumps(TIME)
+        + "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+        "Checking both.",
+        [_call("get_weather", WEATHER), _call("get_time", TIME)],
+    ),
+    "kimi_k2": (
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>"
+        + _dumps(WEATHER)
+        + "<|tool_call_end|><|tool_call_begin|>functions.get_time:1<|tool_call_argument_begin|>"
+        + _dumps(TIME)
+        + "<|tool_call_end|><|tool_calls_section_end|>",
+        "",
+        [_call("get_weather", WEATHER), _call("get_time", TIME)],
+    ),
 }
 
 

@@ -305,7 +305,17 @@ def test_forced_required_array_is_the_calls() -> None:
 
 # ---- streaming contract shared by all --------------------------------------------------------
 
-ALL = ["hermes", "llama3_json", "mistral", "pythonic", "forced_required"]
+ALL = [
+    "hermes",
+    "llama3_json",
+    "mistral",
+    "pythonic",
+    "qwen3_coder",
+    "glm45",
+    "deepseek_v31",
+    "kimi_k2",
+    "forced_required",
+]
 
 
 @pytest.mark.parametrize("parser", ALL)
@@ -332,6 +342,11 @@ def test_called_is_set_by_the_first_call_only(parser: str) -> None:
         "llama3_json": '{"name": "noop", "parameters": {}}',
         "mistral": "[TOOL_CALLS]noop[ARGS]{}",
         "pythonic": "[noop()]",
+        "qwen3_coder": "<tool_call>\n<function=noop>\n</function>\n</tool_call>",
+        "glm45": "<tool_call>noop\n</tool_call>",
+        "deepseek_v31": "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>noop<｜tool▁sep｜>{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+        "kimi_k2": "<|tool_calls_section_begin|><|tool_call_begin|>functions.noop:0<|tool_call_argument_begin|>{}"
+        "<|tool_call_end|><|tool_calls_section_end|>",
         "forced_required": '[{"name": "noop", "parameters": {}}]',
     }
     instance = make_parser(parser, NAMES)

@@ -14,6 +14,7 @@ from gateway.models.catalog import ServedModel
 from gateway.plan.chat import to_template_messages
 from gateway.plan.requests import ChatCompletionRequest
 from gateway.plan.tools import plan_tools
+from gateway.tools.params import ParamType
 from gateway.tools.schemas import named_call_schema, required_calls_schema
 
 TOOLS = [
@@ -45,6 +46,25 @@ def test_auto_is_the_default_and_uses_the_models_parser() -> None:
         "g",
     ]
     assert decision.structured is None
+
+
+def test_a_typed_format_gets_the_parameter_types_and_the_plan_stays_hashable() -> None:
+    """Qwen3-Coder's values are bare text: the reader types them by the request's schemas."""
+    tools = [
+        {
+            "type": "function",
+            "function": {"name": "f", "parameters": {"type": "object", "properties": {"n": {"type": "integer"}}}},
+        },
+        {"type": "function", "function": {"name": "g"}},
+    ]
+    decision = plan_tools(chat(tools=tools), ServedModel(name="m", tool_parser="qwen3_coder"))
+    assert decision.plan is not None and decision.plan.params == (("f", (("n", ParamType("integer", False)),)),)
+    hash(decision.plan)
+    reader = ToolCallReader(decision.plan)
+    content, calls, _ = reader.read(
+        "<tool_call>\n<function=f>\n<parameter=n>\n7\n</parameter>\n</function>\n</tool_call>", "stop"
+    )
+    assert content == "" and calls is not None and [(c.name, c.arguments) for c in calls] == [("f", '{"n": 7}')]
 
 
 def test_auto_without_a_parser_is_a_400_that_says_how_to_set_one() -> None:

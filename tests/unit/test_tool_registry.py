@@ -27,6 +27,27 @@ QWEN3_CODER = (
     + "<tools><function><name>{{ tool.name }}</name></function></tools>\n<tool_call>\n<function=example_function_name>\n<parameter=p>\nv\n</parameter>\n</function>\n</tool_call>"
 )
 GLM = "<tool_call>{{ tc.name }}\n<arg_key>{{ k }}</arg_key>\n<arg_value>{{ v }}</arg_value>\n</tool_call>"
+GLM_47 = "<tool_call>{{ tc.name }}{% for k, v in _args.items() %}<arg_key>{{ k }}</arg_key><arg_value>{{ v }}</arg_value>{% endfor %}</tool_call>"
+QWEN35 = (
+    "<tools>\n{{- tool | tojson }}\n</tools>\n\nIf you choose to call a function ONLY reply in the following format:\n\n"
+    "<tool_call>\n<function=example_function_name>\n<parameter=example_parameter_1>\nvalue_1\n</parameter>\n"
+    "</function>\n</tool_call>"
+)
+DEEPSEEK_V31 = (
+    "{%- if not ns.is_first %}{{'<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>'+ tool['function']['name'] + "
+    "'<｜tool▁sep｜>' + tool['function']['arguments'] + '<｜tool▁call▁end｜>'}}{%- endif %}"
+    "{{'<｜tool▁calls▁end｜><｜end▁of▁sentence｜>'}}"
+)
+DEEPSEEK_V3 = (
+    "{{'<｜Assistant｜><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>' + tool['type'] + '<｜tool▁sep｜>' + "
+    "tool['function']['name'] + '\\n' + '```json' + '\\n' + tool['function']['arguments'] + '\\n' + '```' + "
+    "'<｜tool▁call▁end｜>'}}"
+)
+KIMI_K2 = (
+    "{%- if message['tool_calls'] -%}<|tool_calls_section_begin|>{%- for tool_call in message['tool_calls'] -%}"
+    "<|tool_call_begin|>{{ tool_call['id'] }}<|tool_call_argument_begin|>{{ tool_call['function']['arguments'] }}"
+    "<|tool_call_end|>{%- endfor -%}<|tool_calls_section_end|>{%- endif -%}"
+)
 LLAMA_30 = "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + message['content'] + '<|eot_id|>' }}"
 LLAMA_31 = (
     "<|start_header_id|>system<|end_header_id|>\n\nEnvironment: ipython\n"
@@ -58,8 +79,13 @@ CHATML = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_e
         (QWEN3, "hermes"),
         (HERMES_2_PRO, "hermes"),
         (HERMES_ON_LLAMA3, "hermes"),
-        (QWEN3_CODER, None),
-        (GLM, None),
+        (QWEN3_CODER, "qwen3_coder"),
+        (QWEN35, "qwen3_coder"),
+        (GLM, "glm45"),
+        (GLM_47, "glm45"),
+        (DEEPSEEK_V31, "deepseek_v31"),
+        (DEEPSEEK_V3, None),
+        (KIMI_K2, "kimi_k2"),
         (LLAMA_30, None),
         (LLAMA_31, "llama3_json"),
         (LLAMA_32, "llama3_json"),
@@ -84,16 +110,30 @@ def test_llama3_and_llama4_templates_are_told_apart_by_their_headers() -> None:
 
 
 def test_every_parser_is_registered_under_its_name_with_planner_facts() -> None:
-    assert set(PARSERS) == {"hermes", "llama3_json", "mistral", "pythonic", "openai", "forced_named", "forced_required"}
+    assert set(PARSERS) == {
+        "hermes",
+        "llama3_json",
+        "mistral",
+        "pythonic",
+        "qwen3_coder",
+        "glm45",
+        "deepseek_v31",
+        "kimi_k2",
+        "openai",
+        "forced_named",
+        "forced_required",
+    }
     for name, spec in PARSERS.items():
         assert spec.name == name and spec.families and spec.markers
-    assert PARSERS["mistral"].needs_special_tokens
+    for name in ("mistral", "qwen3_coder", "glm45", "deepseek_v31", "kimi_k2"):
+        assert PARSERS[name].needs_special_tokens, name
+    assert {name for name, spec in PARSERS.items() if spec.typed} == {"qwen3_coder", "glm45"}
     assert not PARSERS["forced_named"].needs_special_tokens
     assert {name for name, spec in PARSERS.items() if spec.forced} == {"forced_named", "forced_required"}
 
 
 def test_detection_never_picks_a_forced_parser() -> None:
-    for template in (QWEN, LLAMA_31, LLAMA_4_PLAIN, MISTRAL_V3):
+    for template in (QWEN, LLAMA_31, LLAMA_4_PLAIN, MISTRAL_V3, QWEN35, GLM, DEEPSEEK_V31, KIMI_K2):
         detected = detect_parser(template)
         assert detected is not None and not PARSERS[detected].forced
 

@@ -17,7 +17,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from gateway.tools.calls import dump_arguments
+from gateway.tools.calls import INVALID, dump_arguments
 from gateway.tools.scan import PythonSpan
 from gateway.tools.stream import LeadingParser, Span
 from gateway.tools.types import ParsedCall
@@ -68,6 +68,21 @@ def _parse_tree(text: str) -> ast.expr | None:
             return ast.parse(text, mode="eval").body
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
+
+
+def python_literal(text: str) -> Any:
+    """The JSON-safe value of a Python literal (``{'k': 'v'}``, ``[1, None]``), else ``INVALID``.
+
+    For formats whose values are bare text that models sometimes write as Python: parsed with
+    ``ast`` and never evaluated, with the same refusals as a pythonic call's arguments.
+    """
+    body = _parse_tree(text.strip())
+    if body is None:
+        return INVALID
+    try:
+        return _literal(body)
+    except (_NotLiteral, RecursionError):
+        return INVALID
 
 
 def parse_call_list(text: str, tool_names: frozenset[str]) -> list[ParsedCall] | None:

@@ -1,0 +1,226 @@
+"""``qwen3_coder`` and ``glm45``: XML-ish calls whose values are text typed by the tools' schemas.
+
+Hand-written cases first, then generated outputs fed whole, at random splits, a character at a
+time and split in two at every position (the helpers of ``test_tool_parsers_split.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from gateway.tools import ParsedCall, make_parser
+from gateway.tools.params import tool_params
+from tests.unit.test_tool_parsers_split import Case, cuts, marker_case, split, texts
+
+SCHEMAS: dict[str, dict[str, Any] | None] = {
+    "get_weather": {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string"},
+            "days": {"type": "integer"},
+            "hot": {"type": "boolean"},
+            "opts": {"type": "object"},
+            "tags": {"type": "array"},
+        },
+    },
+    "search": {"type": "object", "properties": {"q": {"type": "string"}, "limit": {"type": ["integer", "null"]}}},
+    "noop": None,
+}
+NAMES = frozenset(SCHEMAS)
+PARAMS = tool_params(SCHEMAS.items())
+
+
+def run(parser: str, pieces: list[str]) -> tuple[str, list[ParsedCall]]:
+    instance = make_parser(parser, NAMES, PARAMS)
+    content: list[str] = []
+    calls: list[ParsedCall] = []
+    for piece in pieces:
+        text, found = instance.feed(piece)
+        content.append(text)
+        calls.extend(found)
+    text, found = instance.finish()
+    assert instance.called == bool(calls + found)
+    return "".join(content) + text, calls + found
+
+
+def check_every_split(parser: str, case: Case, points: list[int]) -> None:
+    expected = (case.content, case.calls)
+    assert run(parser, [case.text]) == expected
+    assert run(parser, split(case.text, points)) == expected
+    assert run(parser, list(case.text)) == expected
+    for position in range(len(case.text) + 1):
+        assert run(parser, [case.text[:position], case.text[position:]]) == expected, position
+
+
+def qwen(name: str, *params: tuple[str, str]) -> str:
+    body = "".join(f"<parameter={key}>\n{value}\n</parameter>\n" for key, value in params)
+    return f"<tool_call>\n<function={name}>\n{body}</function>\n</tool_call>"
+
+
+def glm(name: str, *params: tuple[str, str], newline: bool = True) -> str:
+    body = "".join(f"<arg_key>{key}</arg_key>\n<arg_value>{value}</arg_value>\n" for key, value in params)
+    return f"<tool_call>{name}{chr(10) if newline else ''}{body}</tool_call>"
+
+
+# ---- qwen3_coder -----------------------------------------------------------------------------
+
+
+def test_qwen3_coder_values_are_typed_by_the_schema() -> None:
+    text = "Let me look.\n\n" + qwen(
+        "get_weather", ("city", "1984"), ("days", "3"), ("hot", "true"), ("opts", '{"u": "c"}'), ("tags", "['a']")
+    )
+    assert run("qwen3_coder", [text]) == (
+        "Let me look.\n\n",
+        [ParsedCall("get_weather", '{"city": "1984", "days": 3, "hot": true, "opts": {"u": "c"}, "tags": ["a"]}')],
+    )
+
+
+def test_qwen3_coder_parallel_calls_multiline_values_and_text_after() -> None:
+    code = "def f():\n    return '<b>'\n"
+    text = qwen("search", ("q", code), ("limit", "None")) + "\n" + qwen("noop") + "\nDone."
+    assert run("qwen3_coder", [text]) == (
+        "Done.",
+        [ParsedCall("search", json.dumps({"q": code, "limit": None})), ParsedCall("noop", "{}")],
+    )
+
+
+def test_qwen3_coder_a_value_may_quote_the_closing_parameter_tag() -> None:
+    value = "x = '</parameter>' and more"
+    assert run("qwen3_coder", [qwen("search", ("q", value))]) == ("", [ParsedCall("search", json.dumps({"q": value}))])
+
+
+def test_qwen3_coder_parameters_not_in_the_schema_are_strings() -> None:
+    assert run("qwen3_coder", [qwen("noop", ("n", "5"))]) == ("", [ParsedCall("noop", '{"n": "5"}')])
+
+
+QWEN_BAD = [
+    qwen("unknown_tool", ("a", "1")),
+    "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</tool_call>",  # no </function>
+    "<tool_call>\n<function=get_weather>\nsome text\n</function>\n</tool_call>",
+    "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</function>\n</tool_call>",  # no </parameter>
+    "<tool_call>\n<function=get_weather>\n</function>\nextra\n</tool_call>",
+    '<tool_call>\n{"name": "get_weather", "arguments": {}}\n</tool_call>',  # hermes' JSON is not this format
+    "<tool_call>\n<function=get_weather\n</tool_call>",
+    "<tool_call></tool_call>",
+]
+
+
+@pytest.mark.parametrize("block", QWEN_BAD)
+def test_qwen3_coder_malformed_block_is_content_verbatim_and_earlier_calls_stay(block: str) -> None:
+    valid = qwen("noop")
+    assert run("qwen3_coder", [valid, " ", block]) == (block, [ParsedCall("noop", "{}")])
+    check_every_split("qwen3_coder", Case(block, block, []), [])
+
+
+def test_qwen3_coder_truncated_call_is_content() -> None:
+    text = qwen("get_weather", ("city", "Paris"))[:-3]
+    assert run("qwen3_coder", [text]) == (text, [])
+
+
+# ---- glm45 -----------------------------------------------------------------------------------
+
+
+def test_glm45_values_are_json_unless_the_schema_says_string() -> None:
+    text = "Checking.\n" + glm("get_weather", ("city", "1984"), ("days", " 3 "), ("opts", '{"u": "c"}'))
+    assert run("glm45", [text]) == (
+        "Checking.\n",
+        [ParsedCall("get_weather", '{"city": "1984", "days": 3, "opts": {"u": "c"}}')],
+    )
+
+
+def test_glm45_one_line_spelling_and_a_call_without_arguments() -> None:
+    text = glm("search", ("q", "日本 🙂"), newline=False) + glm("noop")
+    assert run("glm45", [text]) == ("", [ParsedCall("search", '{"q": "日本 🙂"}'), ParsedCall("noop", "{}")])
+
+
+GLM_BAD = [
+    glm("unknown_tool", ("a", "1")),
+    "<tool_call>get_weather\n<arg_key>city</arg_key>\n</tool_call>",  # a key without its value
+    "<tool_call>get_weather\n<arg_value>Paris</arg_value>\n</tool_call>",
+    "<tool_call>get_weather\n<arg_key>city</arg_key><arg_value>Paris\n</tool_call>",
+    "<tool_call>get_weather\nsome words\n</tool_call>",
+    '<tool_call>{"name": "noop", "arguments": {}}</tool_call>',
+    "<tool_call></tool_call>",
+]
+
+
+@pytest.mark.parametrize("block", GLM_BAD)
+def test_glm45_malformed_block_is_content_verbatim_and_earlier_calls_stay(block: str) -> None:
+    assert run("glm45", [glm("noop"), "\n", block]) == (block, [ParsedCall("noop", "{}")])
+    check_every_split("glm45", Case(block, block, []), [])
+
+
+# ---- generated outputs -----------------------------------------------------------------------
+
+plain = texts.filter(lambda t: "<" not in t and t == t.strip())
+"""String values: no tag characters (a value quoting a closing tag is the hand-written case)."""
+objects = st.dictionaries(st.sampled_from(["u", "日付"]), st.integers(-5, 5) | st.booleans() | plain, max_size=2)
+
+
+@st.composite
+def typed_arguments(draw: st.DrawFn) -> tuple[str, dict[str, Any], list[tuple[str, str]]]:
+    """A function, its arguments, and the (key, text) pairs a model writes for them."""
+    name = draw(st.sampled_from(sorted(NAMES)))
+    values: dict[str, Any] = {}
+    if name == "get_weather":
+        values = {
+            "city": draw(plain),
+            "days": draw(st.integers(-(10**6), 10**6)),
+            "hot": draw(st.booleans()),
+            "opts": draw(objects),
+            "tags": draw(st.lists(plain, max_size=2)),
+        }
+    elif name == "search":
+        values = {"q": draw(plain), "limit": draw(st.none() | st.integers(0, 50))}
+    keys = draw(st.permutations(sorted(values)))
+    pairs = [(key, _spell(values[key])) for key in keys[: draw(st.integers(0, len(keys)))]]
+    return name, {key: values[key] for key, _ in pairs}, pairs
+
+
+def _spell(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    return json.dumps(value, ensure_ascii=False)
+
+
+@st.composite
+def qwen_call(draw: st.DrawFn) -> tuple[str, list[ParsedCall]]:
+    name, args, pairs = draw(typed_arguments())
+    return qwen(name, *pairs), [ParsedCall(name, json.dumps(args, ensure_ascii=False))]
+
+
+@st.composite
+def glm_call(draw: st.DrawFn) -> tuple[str, list[ParsedCall]]:
+    name, args, pairs = draw(typed_arguments())
+    return glm(name, *pairs, newline=draw(st.booleans())), [ParsedCall(name, json.dumps(args, ensure_ascii=False))]
+
+
+@st.composite
+def truncated(draw: st.DrawFn, call: Any) -> str:
+    raw, _ = draw(call())
+    return str(raw[: draw(st.integers(len("<tool_call>"), len(raw) - 1))])
+
+
+MARKUP = ["<tool_call>", "</tool_call>"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(case=marker_case(qwen_call, st.sampled_from(QWEN_BAD), truncated(qwen_call), MARKUP), points=cuts)
+def test_qwen3_coder_any_split_gives_the_expected_content_and_calls(case: Case, points: list[int]) -> None:
+    check_every_split("qwen3_coder", case, points)
+
+
+@settings(max_examples=150, deadline=None)
+@given(case=marker_case(glm_call, st.sampled_from(GLM_BAD), truncated(glm_call), MARKUP), points=cuts)
+def test_glm45_any_split_gives_the_expected_content_and_calls(case: Case, points: list[int]) -> None:
+    assume(case.text)
+    check_every_split("glm45", case, points)
