@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -24,6 +25,17 @@ class ParsedCall:
     closes: bool = True
     """The call's last piece. The ``arguments`` of a call's pieces, joined, are its arguments;
     ``name`` counts only on the piece that opens it."""
+
+
+def whole_calls(pieces: Iterable[ParsedCall]) -> list[ParsedCall]:
+    """Calls said in pieces, joined into whole ones (what a client assembles from the stream)."""
+    calls: list[ParsedCall] = []
+    for piece in pieces:
+        if piece.opens:
+            calls.append(ParsedCall(piece.name, piece.arguments))
+        else:
+            calls[-1] = ParsedCall(calls[-1].name, calls[-1].arguments + piece.arguments)
+    return calls
 
 
 class ToolCallParser(Protocol):

@@ -12,6 +12,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from gateway.tools import ParsedCall, make_parser
+from gateway.tools.types import whole_calls
 from gateway.tools.scan import JsonSpan, PythonSpan, held_from
 
 NAMES = frozenset({"get_weather", "search", "noop"})
@@ -26,7 +27,7 @@ def run(parser: str, *pieces: str, names: frozenset[str] = NAMES) -> tuple[str, 
         content.append(text)
         calls.extend(found)
     text, found = instance.finish()
-    return "".join(content) + text, calls + found
+    return "".join(content) + text, whole_calls(calls + found)
 
 
 def steps(parser: str, *pieces: str, names: frozenset[str] = NAMES) -> list[tuple[str, list[ParsedCall]]]:

@@ -19,6 +19,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from gateway.tools import ParsedCall, make_parser
+from gateway.tools.types import whole_calls
 
 NAMES = frozenset({"get_weather", "search", "noop"})
 FORCED_NAME = "get_weather"
@@ -44,7 +45,7 @@ def run(parser: str, pieces: list[str]) -> tuple[str, list[ParsedCall]]:
     content.append(text)
     calls.extend(found)
     assert instance.called == bool(calls)
-    return "".join(content), calls
+    return "".join(content), whole_calls(calls)
 
 
 def split(text: str, cuts: list[int]) -> list[str]:
