@@ -28,6 +28,7 @@ _NUMBER_CHARS = frozenset("0123456789+-.eE")
 _LITERALS = {"true": "true", "false": "false", "null": "null"}
 _ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 _PLAIN = re.compile(r'[^"\\\x00-\x1f]+')
+"""A run of string characters that stand for themselves, in JSON text and in ``json.dumps``'s."""
 
 # What a container expects next.
 _KEY_OR_CLOSE, _KEY, _COLON, _VALUE, _COMMA_OR_CLOSE, _VALUE_OR_CLOSE = range(6)
@@ -162,9 +163,9 @@ class ArgumentStream:
             if plain is not None:
                 if self._high:
                     return self._fail(pos)  # a lone high surrogate
-                text = plain.group()
+                text = plain.group()  # nothing in it that json.dumps escapes (ensure_ascii off)
                 if key is None:
-                    out.append(json.dumps(text, ensure_ascii=False)[1:-1])
+                    out.append(text)
                 else:
                     key.append(text)
                 pos = plain.end()
