@@ -110,6 +110,33 @@ def tool_parsers(rounds: int = 5, repeat: int = 100) -> dict[str, float]:
     return out
 
 
+def streamed_arguments(rounds: int = 5, repeat: int = 100) -> float | None:
+    """µs per ``feed`` of 4-character pieces of a string argument while a hermes call streams
+    it: what each token of a long argument (code a tool writes) costs; None where arguments do
+    not stream."""
+    from gateway.tools import make_parser
+
+    try:
+        from gateway.tools.argstream import ArgumentStream  # noqa: F401
+    except ImportError:
+        return None
+    prose = "The weather in Paris is mild today, with a light breeze from the west. " * 8
+    pieces = [prose[i : i + 4] for i in range(0, len(prose), 4)]
+    best = float("inf")
+    for _ in range(rounds):
+        elapsed = 0
+        for _ in range(repeat):
+            parser = make_parser("hermes", frozenset({"get_weather"}))
+            parser.feed('<tool_call>{"name": "get_weather", "arguments": {"text": "')
+            feed = parser.feed
+            start = time.perf_counter_ns()
+            for piece in pieces:
+                feed(piece)
+            elapsed += time.perf_counter_ns() - start
+        best = min(best, elapsed / (repeat * len(pieces)) / 1000)
+    return best
+
+
 def reasoning_parsers(rounds: int = 5, repeat: int = 100) -> dict[str, float]:
     """µs per ``feed`` of 4-character pieces of prose inside the reasoning, per parser: what a
     reasoning model's request pays per token while it thinks."""
@@ -167,6 +194,7 @@ async def measure(spec: dict[str, Any]) -> dict[str, Any]:
         **extra,
         "tool_parsers_us_per_feed": tool_parsers(),
         "reasoning_parsers_us_per_feed": reasoning,
+        "streamed_arguments_us_per_feed": streamed_arguments(),
     }
 
 

@@ -2,9 +2,11 @@
 
 Runs after stop strings are cut (a stop string ends the text the parser sees, as it ends the
 model's output in vLLM) and before anything is encoded. The parser (``gateway.tools``) holds back
-only text that could still be markup, so plain content streams as before; a call is released
-whole, once its markup has closed and its JSON parsed, which is what lets malformed output fall
-back to text exactly. Ids are made here: ``call_`` and 24 hex digits, unique per call.
+only text that could still be markup, so plain content streams as before. A call comes whole,
+once its markup has closed and its JSON parsed (which lets malformed output fall back to text
+exactly), or, where the format lets its arguments stream (hermes), in pieces: an opening that
+names it, then its arguments as they settle (``ParsedCall``; docs/API.md). Ids are made here:
+``call_`` and 24 hex digits, unique per call, the same on every piece of it.
 
 Finish reasons as OpenAI and vLLM give them: ``tool_calls`` when a choice made a call and the
 model stopped by itself; a named ``tool_choice`` keeps ``stop`` (OpenAI answers a forced function
@@ -22,12 +24,15 @@ from gateway.tools.types import ParsedCall, ToolCallParser
 
 
 class ToolCallOut(NamedTuple):
-    """One complete call of one choice."""
+    """A call of one choice, whole or one piece of it (``ParsedCall``: its arguments stream)."""
 
     index: int  # type: ignore[assignment]  # the call's position in its choice; shadows tuple.index
     id: str
     name: str
     arguments: str
+    """The whole arguments, or this piece's part of them."""
+    opens: bool = True
+    closes: bool = True
 
 
 def new_call_id() -> str:
@@ -37,13 +42,15 @@ def new_call_id() -> str:
 class ToolCallReader:
     """One choice's reader: feeds the parser, numbers the calls, rewrites the finish reason."""
 
-    __slots__ = ("_parser", "_parallel", "_named", "calls")
+    __slots__ = ("_parser", "_parallel", "_named", "_open", "calls")
 
     def __init__(self, plan: ToolPlan) -> None:
         self._parser: ToolCallParser = make_parser(plan.parser, plan.tool_names, plan.params)
         self._parallel = plan.parallel
         self._named = plan.parser == FORCED_NAMED
         self.calls = 0
+        self._open: tuple[int, str, str] | None = None
+        """The call whose pieces are arriving: its index, id and name."""
 
     def read(self, text: str, finish_reason: str | None) -> tuple[str, tuple[ToolCallOut, ...] | None, str | None]:
         """(content to show now, calls completed now, the finish reason to report)."""
@@ -65,8 +72,16 @@ class ToolCallReader:
     def _number(self, parsed: list[ParsedCall]) -> tuple[ToolCallOut, ...] | None:
         out = []
         for call in parsed:
-            if self.calls and not self._parallel:
-                break  # parallel_tool_calls false: the first call only
-            out.append(ToolCallOut(self.calls, new_call_id(), call.name, call.arguments))
-            self.calls += 1
+            if call.opens:
+                if self.calls and not self._parallel:
+                    self._open = None  # parallel_tool_calls false: the first call only
+                    continue
+                self._open = (self.calls, new_call_id(), call.name)
+                self.calls += 1
+            elif self._open is None:
+                continue  # a piece of a call that was left out
+            index, call_id, name = self._open
+            out.append(ToolCallOut(index, call_id, name, call.arguments, call.opens, call.closes))
+            if call.closes:
+                self._open = None
         return tuple(out) or None

@@ -144,8 +144,10 @@ class ChunkEncoder:
             if tool_calls is not None:
                 call_opening, call_arguments = self._call_deltas
                 for call in tool_calls:
-                    out.append(self._chunk(self._choice(index, call_opening(call), None, None), usage))
-                    out.append(self._chunk(self._choice(index, call_arguments(call), None, None), usage))
+                    if call.opens:
+                        out.append(self._chunk(self._choice(index, call_opening(call), None, None), usage))
+                    if call.arguments or (call.opens and call.closes):
+                        out.append(self._chunk(self._choice(index, call_arguments(call), None, None), usage))
             if finish_reason is not None:
                 delta = b"{}" if self._chat else b'""'
                 finish = _finish(finish_reason, self._legacy_functions)
@@ -252,7 +254,12 @@ class CompletionBuilder:
             if event.tool_calls is not None:
                 if self._calls is None:
                     self._calls = [[] for _ in texts]
-                self._calls[event.index].extend(event.tool_calls)
+                calls = self._calls[event.index]
+                for call in event.tool_calls:
+                    if call.opens:
+                        calls.append(call)
+                    else:  # a piece of the last call's arguments
+                        calls[-1] = calls[-1]._replace(arguments=calls[-1].arguments + call.arguments)
 
     def build(self, finish_reasons: Sequence[str | None], usage: Usage) -> dict[str, Any]:
         logprobs = None if self._logprobs is None else [self._join_logprobs(parts) for parts in self._logprobs]

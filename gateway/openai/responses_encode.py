@@ -10,7 +10,8 @@ The items, in the order they begin: a ``reasoning`` item holding a reasoning mod
 ``response.reasoning_text.delta``), one ``message`` item holding all of the choice's text (opened
 at its first text, closed at the end, so calls in between do not split it), and one
 ``function_call`` item per tool call, whole as soon as the core releases the call (added,
-arguments delta, arguments done, done). A response that said nothing still gets an empty message,
+arguments delta, arguments done, done), or piece by piece where its arguments stream (an arguments
+delta per piece). A response that said nothing still gets an empty message,
 so ``output`` is never empty. Events, per OpenAI's sequence: ``response.created``,
 ``response.in_progress``, the items' events, then ``response.completed`` (or
 ``response.incomplete`` at the token cap, ``response.failed`` after an error), every one with the
@@ -79,6 +80,7 @@ class ResponseEncoder:
         "_thought",
         "_thought_index",
         "_thoughts",
+        "_call_index",
     )
 
     def __init__(self, head: dict[str, Any], framing: EventFraming) -> None:
@@ -98,6 +100,8 @@ class ResponseEncoder:
         """The open reasoning item's ids (item, output and content index), None when closed."""
         self._thought_index = -1
         self._thoughts: list[str] = []
+        self._call_index = -1
+        """The output index of the call whose pieces are arriving."""
 
     # -- events --------------------------------------------------------------------------------
 
@@ -206,23 +210,34 @@ class ResponseEncoder:
         return out + self._event("response.output_item.done", {"output_index": index, "item": item})
 
     def _function_call(self, call: ToolCallOut) -> bytes:
-        item_id = item_id_of("fc", self._head["id"], len(self.output))
-        index = len(self.output)
-        item = {
-            "id": item_id,
-            "type": "function_call",
-            "status": "in_progress",
-            "arguments": "",
-            "call_id": call.id,
-            "name": call.name,
-        }
-        out = self._event("response.output_item.added", {"output_index": index, "item": item})
-        ids = {"item_id": item_id, "output_index": index}
-        out += self._event("response.function_call_arguments.delta", {**ids, "delta": call.arguments})
-        out += self._event("response.function_call_arguments.done", {**ids, "arguments": call.arguments})
-        done = {**item, "status": "completed", "arguments": call.arguments}
-        self.output.append(done)
-        return out + self._event("response.output_item.done", {"output_index": index, "item": done})
+        """A call's events: ``added`` when it opens, an arguments delta per piece, and ``done``
+        when it closes (a whole call: all of them at once)."""
+        out = b""
+        if call.opens:
+            index = len(self.output)
+            item_id = item_id_of("fc", self._head["id"], index)
+            item = {
+                "id": item_id,
+                "type": "function_call",
+                "status": "in_progress",
+                "arguments": "",
+                "call_id": call.id,
+                "name": call.name,
+            }
+            self.output.append(item)
+            self._call_index = index
+            out += self._event("response.output_item.added", {"output_index": index, "item": dict(item)})
+        index = self._call_index
+        item = self.output[index]
+        ids = {"item_id": item["id"], "output_index": index}
+        if call.arguments:
+            item["arguments"] += call.arguments
+            out += self._event("response.function_call_arguments.delta", {**ids, "delta": call.arguments})
+        if call.closes:
+            item["status"] = "completed"
+            out += self._event("response.function_call_arguments.done", {**ids, "arguments": item["arguments"]})
+            out += self._event("response.output_item.done", {"output_index": index, "item": item})
+        return out
 
     # -- the end ---------------------------------------------------------------------------------
 

@@ -93,10 +93,12 @@ class MarkerParser(StreamParser):
     """Calls are blocks opened by ``MARKER``; subclasses find where a block ends (``_close``)."""
 
     MARKER: ClassVar[str]
-    __slots__ = ("_in_block", "_open_end", "_skip_space", "_started")
+    __slots__ = ("_in_block", "_open_end", "_skip_space", "_started", "_parts")
 
     def __init__(self, tool_names: frozenset[str]) -> None:
         super().__init__(tool_names)
+        self._parts: list[ParsedCall] = []
+        """Pieces of a call whose arguments stream, said by ``_close`` while its block is open."""
         self._in_block = False
         self._open_end = 0  # index just past the marker of the open block (the block starts at 0)
         self._skip_space = False  # drop whitespace: a call just ended
@@ -109,7 +111,8 @@ class MarkerParser(StreamParser):
         """(end of the block, its calls or None if malformed), or None while it is open.
 
         The block is ``_buf[:end]``; a malformed block may end early (where it stopped making
-        sense) and the text after it is scanned again as text.
+        sense) and the text after it is scanned again as text. A format whose arguments stream
+        appends a call's pieces to ``_parts`` as they settle, and ends its block with ``[]``.
         """
         raise NotImplementedError
 
@@ -122,6 +125,9 @@ class MarkerParser(StreamParser):
                     break
                 continue
             closed = self._close(final)
+            if self._parts:
+                calls.extend(self._parts)
+                self._parts.clear()
             if closed is None:
                 if final:  # unterminated: the whole block is content
                     out.append(self._buf)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
 
 @dataclass(frozen=True, slots=True)
 class ParsedCall:
-    """One complete, valid tool call taken out of a model's text.
+    """A tool call taken out of a model's text, whole or (arguments that stream) in pieces.
 
     ``arguments`` is ``json.dumps(obj, ensure_ascii=False)`` of the arguments object, whatever
     the model wrote (pretty-printed JSON, a JSON string holding an object, Python literals): one
@@ -18,6 +19,23 @@ class ParsedCall:
 
     name: str
     arguments: str
+    opens: bool = True
+    """The call's first piece: it names the function (a call that streams its arguments is said
+    in pieces; one that is whole is one piece that opens and closes)."""
+    closes: bool = True
+    """The call's last piece. The ``arguments`` of a call's pieces, joined, are its arguments;
+    ``name`` counts only on the piece that opens it."""
+
+
+def whole_calls(pieces: Iterable[ParsedCall]) -> list[ParsedCall]:
+    """Calls said in pieces, joined into whole ones (what a client assembles from the stream)."""
+    calls: list[ParsedCall] = []
+    for piece in pieces:
+        if piece.opens:
+            calls.append(ParsedCall(piece.name, piece.arguments))
+        else:
+            calls[-1] = ParsedCall(calls[-1].name, calls[-1].arguments + piece.arguments)
+    return calls
 
 
 class ToolCallParser(Protocol):

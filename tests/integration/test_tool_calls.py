@@ -277,7 +277,7 @@ def test_parallel_tool_calls_false_keeps_the_first_call(client: openai.OpenAI) -
 @pytest.mark.parametrize(
     ("output", "finish"),
     [
-        ('Sure: <tool_call>{"name": "get_weather", "arguments": {"city": "Pa', "length"),
+        ('Sure: <tool_call>{"name": "get_wea', "length"),
         ('<tool_call>{"name": "launch_rockets", "arguments": {}}</tool_call>', "stop"),
         ("<tool_call>not json</tool_call> and more", "stop"),
     ],
@@ -293,6 +293,48 @@ def test_malformed_output_comes_back_as_text(
     for cut in range(len(data) + 1):
         got = streamed(gateway, {"messages": user(script([data[:cut], data[cut:]], finish=finish))})
         assert got == {"content": output, "finish": finish, "calls": []}, cut
+
+
+def test_a_call_cut_after_it_opened_keeps_the_arguments_it_streamed(
+    gateway: GatewayProcess, client: openai.OpenAI
+) -> None:
+    """Once a call's opening and arguments are sent they cannot be taken back: cut by
+    ``max_tokens``, the call ends with the arguments streamed so far, streamed or not."""
+    output = 'Sure: <tool_call>{"name": "get_weather", "arguments": {"city": "Pa'
+    choice = complete(client, messages=user(script([output.encode()], finish="length")))
+    assert choice.message.content == "Sure: " and choice.finish_reason == "length"
+    assert [(c.function.name, c.function.arguments) for c in choice.message.tool_calls or ()] == [
+        ("get_weather", '{"city": "Pa')
+    ]
+    data = output.encode()
+    for cut in range(len(data) + 1):
+        got = streamed(gateway, {"messages": user(script([data[:cut], data[cut:]], finish="length"))})
+        assert got["content"] == "Sure: " and got["finish"] == "length", cut
+        assert [(c["name"], c["arguments"]) for c in got["calls"]] == [("get_weather", '{"city": "Pa')], cut
+
+
+def test_arguments_stream_as_they_are_generated(gateway: GatewayProcess) -> None:
+    """One response per token: the call opens before its arguments are done, and its arguments
+    arrive in several deltas that join to the whole."""
+    pieces = [
+        b"<tool_call>",
+        b'{"name": "get_weather", ',
+        b'"arguments": {"city": ',
+        b'"Zur',
+        b'ich"',
+        b"}}",
+        b"</tool_call>",
+    ]
+    request = {"model": SCRIPTED, "stream": True, "tools": TOOLS, "messages": user(script(pieces))}
+    deltas = []
+    with httpx.stream("POST", gateway.url + "/v1/chat/completions", json=request, timeout=30) as response:
+        for line in response.iter_lines():
+            if line.startswith("data: {"):
+                for choice in json.loads(line[6:])["choices"]:
+                    deltas.extend(
+                        part["function"].get("arguments", "") for part in choice["delta"].get("tool_calls") or ()
+                    )
+    assert deltas == ["", '{"city": ', '"Zur', 'ich"', "}"]
 
 
 def test_a_tool_round_trip_renders_the_calls_and_results_in_the_prompt(client: openai.OpenAI) -> None:

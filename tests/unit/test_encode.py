@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from gateway.core.assemble import ChoiceEvent, Usage
+from gateway.core.toolcalls import ToolCallOut
 from gateway.openai.encode import ChunkEncoder, CompletionBuilder, completion_object
 
 FRAME = (b"<", b">\n")
@@ -147,3 +148,27 @@ def test_builder_merges_legacy_logprobs_lists() -> None:
     builder.add([ChoiceEvent(0, "b", "stop", {**part, "tokens": ["b"], "text_offset": [1]})])  # type: ignore[arg-type]
     merged = builder.build(["stop"], Usage(1, 2))["choices"][0]["logprobs"]
     assert merged["tokens"] == ["a", "b"] and merged["text_offset"] == [0, 1]
+
+
+def test_a_call_in_pieces_streams_its_opening_then_each_arguments_piece_and_joins_whole() -> None:
+    pieces = [
+        ToolCallOut(0, "call_1", "f", "", closes=False),
+        ToolCallOut(0, "call_1", "f", '{"a": ', opens=False, closes=False),
+        ToolCallOut(0, "call_1", "f", "1}", opens=False, closes=False),
+        ToolCallOut(0, "call_1", "f", "", opens=False),
+    ]
+    events = [ChoiceEvent(0, "", None, None, (piece,)) for piece in pieces]
+    out = encoder().events(events, None)
+    chunks = [json.loads(line[1:-1]) for line in out.split(b"\n") if line]
+    deltas = [chunk["choices"][0]["delta"]["tool_calls"][0] for chunk in chunks]
+    assert deltas == [
+        {"index": 0, "id": "call_1", "type": "function", "function": {"name": "f", "arguments": ""}},
+        {"index": 0, "function": {"arguments": '{"a": '}},
+        {"index": 0, "function": {"arguments": "1}"}},
+    ]
+    builder = CompletionBuilder(chat=True, completion_id="x-1", created=7, model="m", choices=1, logprobs=False)
+    builder.add(events)
+    whole = builder.build(["tool_calls"], Usage(1, 4))
+    assert whole["choices"][0]["message"]["tool_calls"] == [
+        {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}
+    ]

@@ -153,3 +153,22 @@ def test_delta_bytes_are_valid_json_for_any_text(piece: str) -> None:
     events, response = run([[text("a")], [text(piece)]])
     deltas = [e["delta"] for e in events if e["type"] == "response.output_text.delta"]
     assert deltas == ["a", piece] and response["output"][0]["content"][0]["text"] == "a" + piece
+
+
+def test_a_call_whose_arguments_stream_is_one_item_with_a_delta_per_piece() -> None:
+    pieces = (
+        ToolCallOut(0, "call_1", "f", "", closes=False),
+        ToolCallOut(0, "call_1", "f", '{"a": ', opens=False, closes=False),
+    )
+    rest = (
+        ToolCallOut(0, "call_1", "f", "1}", opens=False, closes=False),
+        ToolCallOut(0, "call_1", "f", "", opens=False),
+    )
+    events, response = run([[text("", calls=pieces)], [text("", calls=rest)], [text("after")]])
+    (call, message) = response["output"]
+    assert (call["type"], call["arguments"], call["status"]) == ("function_call", '{"a": 1}', "completed")
+    assert message["content"][0]["text"] == "after"
+    deltas = [e["delta"] for e in events if e["type"] == "response.function_call_arguments.delta"]
+    assert deltas == ['{"a": ', "1}"]
+    types = [e["type"] for e in events]
+    assert types.index("response.function_call_arguments.done") < types.index("response.output_text.delta")

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from gateway.tools import ParsedCall, make_parser
 from gateway.tools.scan import JsonSpan, PythonSpan, held_from
+from gateway.tools.types import whole_calls
 
 NAMES = frozenset({"get_weather", "search", "noop"})
 WEATHER = ParsedCall("get_weather", '{"city": "Paris"}')
@@ -26,7 +27,7 @@ def run(parser: str, *pieces: str, names: frozenset[str] = NAMES) -> tuple[str, 
         content.append(text)
         calls.extend(found)
     text, found = instance.finish()
-    return "".join(content) + text, calls + found
+    return "".join(content) + text, whole_calls(calls + found)
 
 
 def steps(parser: str, *pieces: str, names: frozenset[str] = NAMES) -> list[tuple[str, list[ParsedCall]]]:
@@ -38,18 +39,22 @@ def steps(parser: str, *pieces: str, names: frozenset[str] = NAMES) -> list[tupl
 # ---- hermes ----------------------------------------------------------------------------------
 
 
-def test_hermes_text_then_call_streams_the_text_before_the_block_closes() -> None:
+def test_hermes_text_then_call_streams_the_text_then_the_call_as_it_settles() -> None:
+    """The call opens once its name and the start of its arguments are seen; its arguments
+    follow as they settle (a key once whole, a string as it is read); it closes at the tag."""
     assert steps(
         "hermes",
         "Let me check. <tool",
         '_call>{"name": "get_weather", ',
-        '"arguments": {"city": "Paris"}}',
+        '"arguments": {"city": "Par',
+        'is"}}',
         "</tool_call>",
     ) == [
         ("Let me check. ", []),
         ("", []),
-        ("", []),
-        ("", [WEATHER]),
+        ("", [ParsedCall("get_weather", "", closes=False), ParsedCall("", '{"city": "Par', opens=False, closes=False)]),
+        ("", [ParsedCall("", 'is"}', opens=False, closes=False)]),
+        ("", [ParsedCall("", "", opens=False, closes=True)]),
         ("", []),
     ]
 
@@ -75,15 +80,35 @@ def test_hermes_text_after_a_call_is_content() -> None:
         '<tool_call>{"name": "unknown", "arguments": {}}</tool_call>',
         '<tool_call>{"name": "get_weather", "arguments": [1]}</tool_call>',
         '<tool_call>{"arguments": {}}</tool_call>',
-        '<tool_call>{"name": "get_weather", "arguments": {"city": }}</tool_call>',
-        '<tool_call>{"name": "get_weather", "arguments": {"x": Infinity}}</tool_call>',
-        '<tool_call>{"name": "get_weather", "arguments": {"city": "Par',
+        '<tool_call>{"arguments": {"city": }, "name": "get_weather"}</tool_call>',
+        '<tool_call>{"name": "get_weather", "arguments": "{\\"x\\": Infinity}"}</tool_call>',
+        '<tool_call>{"name": "get_weather"',
     ],
 )
 def test_hermes_malformed_block_is_content_verbatim_and_earlier_calls_stay(block: str) -> None:
+    """Malformed before the call opened (an unknown or missing name, arguments that are not an
+    object, a block that does not name the function first and is invalid, a cut header)."""
     valid = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
     assert run("hermes", valid, " ", block) == (block, [WEATHER])
     assert run("hermes", "  ", block) == ("  " + block, [])
+
+
+@pytest.mark.parametrize(
+    ("block", "arguments"),
+    [
+        ('<tool_call>{"name": "get_weather", "arguments": {"city": }}</tool_call>', '{"city": '),
+        ('<tool_call>{"name": "get_weather", "arguments": {"x": Infinity}}</tool_call>', '{"x": '),
+        ('<tool_call>{"name": "get_weather", "arguments": {"city": "Par', '{"city": "Par'),
+        ('<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}}</tool_call>', '{"city": "Paris"}'),
+        ('<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}</tool_call>', '{"city": "Paris"}'),
+    ],
+)
+def test_hermes_a_call_that_opened_stays_a_call_with_the_arguments_it_streamed(block: str, arguments: str) -> None:
+    """Once sent, a call's opening and arguments cannot be taken back: arguments that turn
+    malformed (or are cut off) end the call where they stopped making sense; what follows its
+    arguments in the block is not read."""
+    after = " after" if block.endswith("</tool_call>") else ""  # an open string would swallow it
+    assert run("hermes", block, after) == (after.strip(), [ParsedCall("get_weather", arguments)])
 
 
 def test_hermes_partial_marker_is_held_only_until_it_diverges() -> None:
@@ -351,9 +376,11 @@ def test_called_is_set_by_the_first_call_only(parser: str) -> None:
     }
     instance = make_parser(parser, NAMES)
     assert not instance.called
-    instance.feed(outputs[parser][:-1])
+    # A call whose arguments stream is out when it opens, before its arguments (hermes).
+    opened = outputs[parser].index("{", 1) if parser == "hermes" else len(outputs[parser]) - 1
+    instance.feed(outputs[parser][:opened])
     assert not instance.called
-    instance.feed(outputs[parser][-1])
+    instance.feed(outputs[parser][opened:])
     instance.finish()
     assert instance.called
 
@@ -442,9 +469,14 @@ def test_held_from_finds_only_a_proper_prefix_at_the_end() -> None:
     ['{"x": 1e400}', '{"x": -Infinity}', '{"x": NaN}', '{"x": "\\ud83d"}', '"{\\"x\\": 1e999}"'],
 )
 def test_arguments_without_an_exact_json_utf8_form_are_content(arguments: str) -> None:
-    """inf/NaN would be re-dumped as invalid JSON, a lone surrogate cannot be UTF-8 encoded."""
+    """inf/NaN would be re-dumped as invalid JSON, a lone surrogate cannot be UTF-8 encoded.
+    Where the arguments stream (hermes), the call has opened: it ends before the value."""
     hermes = f'<tool_call>{{"name": "noop", "arguments": {arguments}}}</tool_call>'
-    assert run("hermes", hermes) == (hermes, [])
+    if arguments.startswith("{"):
+        streamed = arguments[: arguments.index(":") + 1] + " " + ('"' if "ud83d" in arguments else "")
+        assert run("hermes", hermes) == ("", [ParsedCall("noop", streamed)])
+    else:
+        assert run("hermes", hermes) == (hermes, [])
     mistral = f"[TOOL_CALLS]noop[ARGS]{arguments}"
     assert run("mistral", mistral) == (mistral, [])
 

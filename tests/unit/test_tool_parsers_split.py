@@ -10,6 +10,7 @@ markup into content, drop text, or change a call.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from gateway.tools import ParsedCall, make_parser
+from gateway.tools.types import whole_calls
 
 NAMES = frozenset({"get_weather", "search", "noop"})
 FORCED_NAME = "get_weather"
@@ -44,7 +46,7 @@ def run(parser: str, pieces: list[str]) -> tuple[str, list[ParsedCall]]:
     content.append(text)
     calls.extend(found)
     assert instance.called == bool(calls)
-    return "".join(content), calls
+    return "".join(content), whole_calls(calls)
 
 
 def split(text: str, cuts: list[int]) -> list[str]:
@@ -194,21 +196,53 @@ HERMES_BAD = [
     '{"name": "get_weather", "arguments": {"city": "Paris"}',  # one too few
     '{"name": "noop", "arguments": {}} {"name": "noop", "arguments": {}}',  # two objects in one block
 ]
-hermes_bad = st.sampled_from(HERMES_BAD).map(lambda body: f"<tool_call>\n{body}\n</tool_call>") | st.just(
+_HERMES_OPENS = re.compile(r'\s*\{\s*"name"\s*:\s*"(get_weather|search|noop)"\s*,\s*"(arguments|parameters)"\s*:\s*\{')
+
+
+def hermes_opens(body: str) -> bool:
+    """Whether a block's text opens a call whose arguments stream (then it stays a call)."""
+    return _HERMES_OPENS.match(body) is not None
+
+
+HERMES_CONTENT = [body for body in HERMES_BAD if not hermes_opens(body)]
+"""Malformed before a call could open: content, verbatim."""
+HERMES_OPENED = [body for body in HERMES_BAD if hermes_opens(body)]
+"""Malformed after the call opened: a call ending where its arguments stopped making sense
+(``test_tool_parsers.py``); here only split against whole."""
+hermes_bad = st.sampled_from(HERMES_CONTENT).map(lambda body: f"<tool_call>\n{body}\n</tool_call>") | st.just(
     "<tool_call></tool_call>"
 )
 
 
 @st.composite
-def hermes_truncated(draw: st.DrawFn) -> str:
+def hermes_truncated(draw: st.DrawFn, *, opened: bool = False) -> str:
+    """A block cut off: before its call opened (content), or, ``opened``, anywhere."""
     raw, _ = draw(hermes_call())
-    return raw[: draw(st.integers(len("<tool_call>"), len(raw) - 1))]
+    cut = raw[: draw(st.integers(len("<tool_call>"), len(raw) - 1))]
+    assume(opened or not hermes_opens(cut[len("<tool_call>") :]))
+    return cut
 
 
 @settings(max_examples=150, deadline=None)
 @given(case=marker_case(hermes_call, hermes_bad, hermes_truncated(), MARKUP_PIECES[:2]), cuts=cuts)
 def test_hermes_any_split_gives_the_expected_content_and_calls(case: Case, cuts: list[int]) -> None:
     check_every_split("hermes", case, cuts)
+
+
+opened_bad = st.sampled_from(HERMES_OPENED).map(lambda body: f"<tool_call>{body}</tool_call>")
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    case=marker_case(hermes_call, hermes_bad | opened_bad, hermes_truncated(opened=True), MARKUP_PIECES[:2]),
+    cuts=cuts,
+)
+def test_hermes_calls_cut_or_malformed_after_they_opened_are_the_same_for_every_split(
+    case: Case, cuts: list[int]
+) -> None:
+    whole = run("hermes", [case.text])
+    assert run("hermes", split(case.text, cuts)) == whole
+    assert run("hermes", list(case.text)) == whole
 
 
 # ---- mistral ---------------------------------------------------------------------------------
@@ -421,7 +455,7 @@ def test_forced_required_any_split_gives_the_expected_content_and_calls(case: Ca
 
 @pytest.mark.parametrize(
     ("parser", "text"),
-    [("hermes", f"<tool_call>{body}</tool_call>") for body in HERMES_BAD]
+    [("hermes", f"<tool_call>{body}</tool_call>") for body in HERMES_CONTENT]
     + [("mistral", text) for text in MISTRAL_BAD]
     + [("llama3_json", body) for body in BAD_OBJECTS]
     + [("pythonic", text) for text in PYTHON_BAD]
