@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar, Protocol
 
+from gateway.tools.argstream import ArgumentStream
 from gateway.tools.scan import JsonSpan, held_from, skip_space
 from gateway.tools.types import ParsedCall
 
@@ -182,6 +183,52 @@ class MarkerParser(StreamParser):
         self._buf, self._open_end, self._in_block = buf, open_end, True
         self._begin()
         return True
+
+
+class ArgumentsBlockParser(MarkerParser):
+    """A marker format whose calls can stream their arguments (hermes, harmony's calls).
+
+    A subclass's ``_close`` calls ``_open_call`` once the block has named one of the tools and
+    its JSON arguments object begins, then hands over to ``_stream``: the call opens at once,
+    its arguments follow as they settle (``ArgumentStream``), and it closes at ``CLOSE``. From
+    the opening on the block is a call whatever follows: arguments that turn malformed, or are
+    cut off, end it where they stopped making sense, and the rest of the block is not read.
+    """
+
+    CLOSE: ClassVar[str]
+    __slots__ = ("_search_from", "_arguments")
+
+    def __init__(self, tool_names: frozenset[str]) -> None:
+        super().__init__(tool_names)
+        self._search_from = 0
+        self._arguments: ArgumentStream | None = None
+
+    def _begin(self) -> None:
+        self._search_from = self._open_end
+        self._arguments = None
+
+    def _open_call(self, name: str, start: int) -> ArgumentStream:
+        """Open the call to ``name``, whose arguments object starts at ``start``."""
+        arguments = self._arguments = ArgumentStream(start)
+        self._parts.append(ParsedCall(name, "", closes=False))
+        return arguments
+
+    def _stream(self, arguments: ArgumentStream, final: bool) -> tuple[int, Sequence[ParsedCall]] | None:
+        """The open call's next piece; its last one (and the block's end) at ``CLOSE``."""
+        buf, close = self._buf, self.CLOSE
+        if not (arguments.done or arguments.failed):
+            piece = arguments.advance(buf, final)
+            if piece:
+                self._parts.append(ParsedCall("", piece, opens=False, closes=False))
+            if not (arguments.done or arguments.failed or final):
+                return None
+        start = max(self._search_from, arguments.end if arguments.done else self._open_end)
+        end = buf.find(close, start)
+        if end == -1 and not final:
+            self._search_from = max(start, len(buf) - len(close) + 1)
+            return None
+        self._parts.append(ParsedCall("", "", opens=False, closes=True))
+        return (len(buf) if end == -1 else end + len(close)), []
 
 
 class LeadingParser(StreamParser):

@@ -514,3 +514,35 @@ def test_opener_that_cannot_begin_a_call_is_given_back_at_the_next_character(
         if not rest[:end].isspace():
             assert shown == first + rest[:end]
     assert instance.finish() == ("", [])
+
+
+# ---- openai (harmony's calls, as the harmony reasoning parser passes them on) ----------------
+
+HARMONY = '<|call|>functions.get_weather<|message|>{"city": "Paris"}<|end|>'
+
+
+def test_harmony_call_is_the_same_at_every_cut_and_streams_once_its_arguments_begin() -> None:
+    for i in range(len(HARMONY) + 1):
+        assert run("openai", HARMONY[:i], HARMONY[i:]) == ("", [WEATHER]), i
+    at = HARMONY.index("{")
+    first, second, _ = steps("openai", HARMONY[:at], HARMONY[at:])
+    assert first == ("", [])
+    assert second[1][0] == ParsedCall("get_weather", "", closes=False)
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        "<|call|>functions.launch<|message|>{}<|end|>",
+        "<|call|>functions.get_weather<|message|>[1]<|end|>",
+        '<|call|>functions.get_weather<|message|>"x"<|end|>',
+    ],
+)
+def test_harmony_block_that_is_no_call_is_content(block: str) -> None:
+    assert run("openai", block) == (block, [])
+
+
+def test_harmony_empty_arguments_are_an_empty_object_and_a_cut_call_keeps_what_it_streamed() -> None:
+    assert run("openai", "<|call|>functions.noop<|message|><|end|>") == ("", [ParsedCall("noop", "{}")])
+    cut = '<|call|>functions.get_weather<|message|>{"city": "Pa'
+    assert run("openai", cut) == ("", [ParsedCall("get_weather", '{"city": "Pa')])

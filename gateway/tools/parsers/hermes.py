@@ -17,9 +17,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from gateway.tools.argstream import ArgumentStream
 from gateway.tools.calls import call_from_object, load_json
-from gateway.tools.stream import MarkerParser
+from gateway.tools.stream import ArgumentsBlockParser
 from gateway.tools.types import ParsedCall
 
 OPEN = "<tool_call>"
@@ -28,19 +27,11 @@ _HEADER = re.compile(r'\s*\{\s*"name"\s*:\s*"([^"\\]*)"\s*,\s*"(?:arguments|para
 """A block's opening up to its arguments object, when it names the function first."""
 
 
-class HermesParser(MarkerParser):
+class HermesParser(ArgumentsBlockParser):
     MARKER = OPEN
+    CLOSE = CLOSE
     TRIGGER = "<"
-    __slots__ = ("_search_from", "_arguments")
-
-    def __init__(self, tool_names: frozenset[str]) -> None:
-        super().__init__(tool_names)
-        self._search_from = 0
-        self._arguments: ArgumentStream | None = None
-
-    def _begin(self) -> None:
-        self._search_from = self._open_end
-        self._arguments = None
+    __slots__ = ()
 
     def _close(self, final: bool) -> tuple[int, Sequence[ParsedCall] | None] | None:
         buf = self._buf
@@ -48,8 +39,7 @@ class HermesParser(MarkerParser):
         if arguments is None:
             header = _HEADER.match(buf, self._open_end)
             if header is not None and header.group(1) in self._tool_names:
-                arguments = self._arguments = ArgumentStream(header.end())
-                self._parts.append(ParsedCall(header.group(1), "", closes=False))
+                arguments = self._open_call(header.group(1), header.end())
         if arguments is not None:
             return self._stream(arguments, final)
         end = buf.find(CLOSE, self._search_from)
@@ -58,21 +48,3 @@ class HermesParser(MarkerParser):
             return None
         call = call_from_object(load_json(buf[self._open_end : end]), self._tool_names)
         return end + len(CLOSE), None if call is None else (call,)
-
-    def _stream(self, arguments: ArgumentStream, final: bool) -> tuple[int, Sequence[ParsedCall]] | None:
-        """The open call's next piece; its last one (and the block's end) at the closing tag."""
-        buf = self._buf
-        if not (arguments.done or arguments.failed):
-            piece = arguments.advance(buf, final)
-            if piece:
-                self._parts.append(ParsedCall("", piece, opens=False, closes=False))
-            if not (arguments.done or arguments.failed):
-                if not final:
-                    return None
-        start = max(self._search_from, arguments.end if arguments.done else self._open_end)
-        end = buf.find(CLOSE, start)
-        if end == -1 and not final:
-            self._search_from = max(start, len(buf) - len(CLOSE) + 1)
-            return None
-        self._parts.append(ParsedCall("", "", opens=False, closes=True))
-        return (len(buf) if end == -1 else end + len(CLOSE)), []
