@@ -94,7 +94,7 @@ class MarkerParser(StreamParser):
     """Calls are blocks opened by ``MARKER``; subclasses find where a block ends (``_close``)."""
 
     MARKER: ClassVar[str]
-    __slots__ = ("_in_block", "_open_end", "_skip_space", "_started", "_parts")
+    __slots__ = ("_in_block", "_open_end", "_skip_space", "_started", "_parts", "_search_from")
 
     def __init__(self, tool_names: frozenset[str]) -> None:
         super().__init__(tool_names)
@@ -104,9 +104,23 @@ class MarkerParser(StreamParser):
         self._open_end = 0  # index just past the marker of the open block (the block starts at 0)
         self._skip_space = False  # drop whitespace: a call just ended
         self._started = False  # seen something other than whitespace
+        self._search_from = 0  # where ``_find_close`` looks next in the open block
 
     def _begin(self) -> None:
         """Reset the per-block state when a block opens (``_open_end`` is set)."""
+
+    def _find_close(self, marker: str, start: int = 0) -> int:
+        """Where ``marker`` (the block's closing one) begins in the open block, or -1.
+
+        The search resumes where the last one left off (only a marker's length of text before
+        the end is looked at again), so a long block fed a token at a time is scanned once.
+        """
+        buf = self._buf
+        start = max(self._search_from, start)
+        end = buf.find(marker, start)
+        if end == -1:
+            self._search_from = max(start, len(buf) - len(marker) + 1)
+        return end
 
     def _close(self, final: bool) -> tuple[int, Sequence[ParsedCall] | None] | None:
         """(end of the block, its calls or None if malformed), or None while it is open.
@@ -181,6 +195,7 @@ class MarkerParser(StreamParser):
 
     def _open(self, buf: str, open_end: int) -> bool:
         self._buf, self._open_end, self._in_block = buf, open_end, True
+        self._search_from = open_end
         self._begin()
         return True
 
@@ -196,15 +211,13 @@ class ArgumentsBlockParser(MarkerParser):
     """
 
     CLOSE: ClassVar[str]
-    __slots__ = ("_search_from", "_arguments")
+    __slots__ = ("_arguments",)
 
     def __init__(self, tool_names: frozenset[str]) -> None:
         super().__init__(tool_names)
-        self._search_from = 0
         self._arguments: ArgumentStream | None = None
 
     def _begin(self) -> None:
-        self._search_from = self._open_end
         self._arguments = None
 
     def _open_call(self, name: str, start: int) -> ArgumentStream:
@@ -215,20 +228,18 @@ class ArgumentsBlockParser(MarkerParser):
 
     def _stream(self, arguments: ArgumentStream, final: bool) -> tuple[int, Sequence[ParsedCall]] | None:
         """The open call's next piece; its last one (and the block's end) at ``CLOSE``."""
-        buf, close = self._buf, self.CLOSE
+        buf = self._buf
         if not (arguments.done or arguments.failed):
             piece = arguments.advance(buf, final)
             if piece:
                 self._parts.append(ParsedCall("", piece, opens=False, closes=False))
             if not (arguments.done or arguments.failed or final):
                 return None
-        start = max(self._search_from, arguments.end if arguments.done else self._open_end)
-        end = buf.find(close, start)
+        end = self._find_close(self.CLOSE, arguments.end if arguments.done else 0)
         if end == -1 and not final:
-            self._search_from = max(start, len(buf) - len(close) + 1)
             return None
         self._parts.append(ParsedCall("", "", opens=False, closes=True))
-        return (len(buf) if end == -1 else end + len(close)), []
+        return (len(buf) if end == -1 else end + len(self.CLOSE)), []
 
 
 class LeadingParser(StreamParser):

@@ -33,21 +33,16 @@ VALUE, VALUE_END = "<arg_value>", "</arg_value>"
 class Glm45Parser(MarkerParser):
     MARKER = OPEN
     TRIGGER = "<"
-    __slots__ = ("_params", "_search_from")
+    __slots__ = ("_params",)
 
     def __init__(self, tool_names: frozenset[str], params: ToolParams = ()) -> None:
         super().__init__(tool_names)
         self._params = params_by_tool(params)
-        self._search_from = 0
-
-    def _begin(self) -> None:
-        self._search_from = self._open_end
 
     def _close(self, final: bool) -> tuple[int, Sequence[ParsedCall] | None] | None:
         buf = self._buf
-        end = buf.find(CLOSE, self._search_from)
+        end = self._find_close(CLOSE)
         if end == -1:
-            self._search_from = max(self._open_end, len(buf) - len(CLOSE) + 1)
             return None
         call = self._parse(buf[self._open_end : end])
         return end + len(CLOSE), None if call is None else (call,)

@@ -42,9 +42,8 @@ class HermesParser(ArgumentsBlockParser):
                 arguments = self._open_call(header.group(1), header.end())
         if arguments is not None:
             return self._stream(arguments, final)
-        end = buf.find(CLOSE, self._search_from)
+        end = self._find_close(CLOSE)
         if end == -1:
-            self._search_from = max(self._open_end, len(buf) - len(CLOSE) + 1)
             return None
         call = call_from_object(load_json(buf[self._open_end : end]), self._tool_names)
         return end + len(CLOSE), None if call is None else (call,)

@@ -29,24 +29,16 @@ class SectionParser(MarkerParser):
     ARGS_BEGIN: ClassVar[str]
     CALL_END: ClassVar[str]
     TRIGGER = "<"
-    __slots__ = ("_search_from",)
-
-    def __init__(self, tool_names: frozenset[str]) -> None:
-        super().__init__(tool_names)
-        self._search_from = 0
+    __slots__ = ()
 
     def _name(self, head: str) -> str | None:
         """The function a call's head names, or None when the head is not one."""
         raise NotImplementedError
 
-    def _begin(self) -> None:
-        self._search_from = self._open_end
-
     def _close(self, final: bool) -> tuple[int, Sequence[ParsedCall] | None] | None:
         buf, marker = self._buf, self.SECTION_END
-        end = buf.find(marker, self._search_from)
+        end = self._find_close(marker)
         if end == -1:
-            self._search_from = max(self._open_end, len(buf) - len(marker) + 1)
             if final:
                 calls = self._calls(buf[self._open_end :])
                 return None if calls is None else (len(buf), calls)
