@@ -17,6 +17,7 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -85,85 +86,72 @@ async def per_token(app: Any, model: str, prompt: str, tokens: int, requests: in
     }
 
 
-def tool_parsers(rounds: int = 5, repeat: int = 100) -> dict[str, float]:
-    """µs per ``feed`` of 4-character pieces of plain prose, per parser: what a request that
-    offers tools pays per token when the model answers in text."""
+PROSE = "The weather in Paris is mild today, with a light breeze from the west. " * 8
+PIECES = [PROSE[i : i + 4] for i in range(0, len(PROSE), 4)]
+"""Plain prose in 4-character pieces, about a token each."""
+
+
+def us_per_feed(make_feed: Callable[[], Callable[[str], object]], rounds: int = 5, repeat: int = 100) -> float:
+    """The best of ``rounds`` of µs per ``feed`` of ``PIECES``, each round ``repeat`` fresh
+    parsers from ``make_feed`` (which sets a parser up and returns its ``feed``; not timed)."""
+    best = float("inf")
+    for _ in range(rounds):
+        elapsed = 0
+        for _ in range(repeat):
+            feed = make_feed()
+            start = time.perf_counter_ns()
+            for piece in PIECES:
+                feed(piece)
+            elapsed += time.perf_counter_ns() - start
+        best = min(best, elapsed / (repeat * len(PIECES)) / 1000)
+    return best
+
+
+def tool_parsers() -> dict[str, float]:
+    """µs per ``feed`` of plain prose, per parser: what a request that offers tools pays per
+    token when the model answers in text."""
     try:
         from gateway.tools import PARSERS, make_parser
     except ImportError:
         return {}
-    prose = "The weather in Paris is mild today, with a light breeze from the west. " * 8
-    pieces = [prose[i : i + 4] for i in range(0, len(prose), 4)]
-    out = {}
-    for name in PARSERS:
-        best = float("inf")
-        for _ in range(rounds):
-            elapsed = 0
-            for _ in range(repeat):
-                feed = make_parser(name, frozenset({"get_weather"})).feed
-                start = time.perf_counter_ns()
-                for piece in pieces:
-                    feed(piece)
-                elapsed += time.perf_counter_ns() - start
-            best = min(best, elapsed / (repeat * len(pieces)) / 1000)
-        out[name] = best
-    return out
+    tools = frozenset({"get_weather"})
+    return {name: us_per_feed(lambda name=name: make_parser(name, tools).feed) for name in PARSERS}
 
 
-def streamed_arguments(rounds: int = 5, repeat: int = 100) -> float | None:
-    """µs per ``feed`` of 4-character pieces of a string argument while a hermes call streams
-    it: what each token of a long argument (code a tool writes) costs; None where arguments do
-    not stream."""
+def streamed_arguments() -> float | None:
+    """µs per ``feed`` of a string argument while a hermes call streams it: what each token of
+    a long argument (code a tool writes) costs; None where arguments do not stream."""
     from gateway.tools import make_parser
 
     try:
         from gateway.tools.argstream import ArgumentStream  # noqa: F401
     except ImportError:
         return None
-    prose = "The weather in Paris is mild today, with a light breeze from the west. " * 8
-    pieces = [prose[i : i + 4] for i in range(0, len(prose), 4)]
-    best = float("inf")
-    for _ in range(rounds):
-        elapsed = 0
-        for _ in range(repeat):
-            parser = make_parser("hermes", frozenset({"get_weather"}))
-            parser.feed('<tool_call>{"name": "get_weather", "arguments": {"text": "')
-            feed = parser.feed
-            start = time.perf_counter_ns()
-            for piece in pieces:
-                feed(piece)
-            elapsed += time.perf_counter_ns() - start
-        best = min(best, elapsed / (repeat * len(pieces)) / 1000)
-    return best
+
+    def make_feed() -> Callable[[str], object]:
+        parser = make_parser("hermes", frozenset({"get_weather"}))
+        parser.feed('<tool_call>{"name": "get_weather", "arguments": {"text": "')
+        return parser.feed
+
+    return us_per_feed(make_feed)
 
 
-def reasoning_parsers(rounds: int = 5, repeat: int = 100) -> dict[str, float]:
-    """µs per ``feed`` of 4-character pieces of prose inside the reasoning, per parser: what a
-    reasoning model's request pays per token while it thinks."""
+def reasoning_parsers() -> dict[str, float]:
+    """µs per ``feed`` of prose inside the reasoning, per parser: what a reasoning model's
+    request pays per token while it thinks."""
     try:
         from gateway.reasoning.registry import REASONING_PARSERS, make_reasoning_parser
     except ImportError:
         return {}
-    prose = "The weather in Paris is mild today, with a light breeze from the west. " * 8
     openings = {"qwen3": "<think>", "mistral": "[THINK]", "granite": "Here is my thought process:"}
     openings["openai"] = "<|channel|>analysis<|message|>"
-    out = {}
-    for name in REASONING_PARSERS:
-        pieces = [prose[i : i + 4] for i in range(0, len(prose), 4)]
-        best = float("inf")
-        for _ in range(rounds):
-            elapsed = 0
-            for _ in range(repeat):
-                parser = make_reasoning_parser(name)
-                parser.feed(openings.get(name, ""))
-                feed = parser.feed
-                start = time.perf_counter_ns()
-                for piece in pieces:
-                    feed(piece)
-                elapsed += time.perf_counter_ns() - start
-            best = min(best, elapsed / (repeat * len(pieces)) / 1000)
-        out[name] = best
-    return out
+
+    def thinking(name: str) -> Callable[[str], object]:
+        parser = make_reasoning_parser(name)
+        parser.feed(openings.get(name, ""))
+        return parser.feed
+
+    return {name: us_per_feed(lambda name=name: thinking(name)) for name in REASONING_PARSERS}
 
 
 async def measure(spec: dict[str, Any]) -> dict[str, Any]:
