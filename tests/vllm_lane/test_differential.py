@@ -209,6 +209,29 @@ def test_completion_logprobs(gw: openai.OpenAI, vl: openai.OpenAI) -> None:
     assert close_logprobs(ours.logprobs, theirs.logprobs), (ours.logprobs, theirs.logprobs)
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_logprob_tokens_as_token_ids(gw: openai.OpenAI, vl: openai.OpenAI, stream: bool) -> None:
+    # Every token named token_id:<id>, chat's sampled-token bytes its text's, legacy text_offset
+    # counted in the names: the same on both sides, token for token.
+    extra = {"extra_body": {"return_tokens_as_token_ids": True}, **GREEDY}
+    chat_kwargs = {"messages": messages("Hello there"), "max_tokens": 8, "logprobs": True, "top_logprobs": 2}
+    text_kwargs = {"prompt": "Once upon a time", "max_tokens": 8, "logprobs": 2}
+    if stream:
+        (ours, _), (theirs, _) = both(chat_stream, gw, vl, **chat_kwargs, **extra)
+        lp_ours, lp_theirs = ours.logprobs[0], theirs.logprobs[0]
+        legacy = both(completion_stream, gw, vl, **text_kwargs, **extra)
+    else:
+        ours, theirs = both(chat, gw, vl, **chat_kwargs, **extra)
+        lp_ours, lp_theirs = ours.logprobs[0]["content"], theirs.logprobs[0]["content"]
+        legacy = both(completion, gw, vl, **text_kwargs, **extra)
+    assert ours.texts == theirs.texts and len(lp_ours) == 8
+    assert all(item["token"].startswith("token_id:") for item in lp_ours)
+    assert close_logprobs(lp_ours, lp_theirs), (lp_ours, lp_theirs)
+    assert legacy[0].texts == legacy[1].texts
+    assert all(token.startswith("token_id:") for token in legacy[0].logprobs[0]["tokens"])
+    assert close_logprobs(legacy[0].logprobs, legacy[1].logprobs), legacy
+
+
 def test_completion_without_max_tokens_is_as_long_as_vllms(gw: openai.OpenAI, vl: openai.OpenAI) -> None:
     ours, theirs = both(completion, gw, vl, prompt="Once upon a time", extra_body={"ignore_eos": True}, **GREEDY)
     assert ours == theirs
