@@ -300,12 +300,15 @@ class RequestAssembler:
         echo: Sequence[str] | None = None,
         tools: ToolPlan | None = None,
         reasoning: ReasoningPlan | None = None,
+        token_ids: bool = False,
     ) -> None:
         """``max_tokens``, ``prompt_tokens`` and ``echo`` are per prompt; ``tools``: read each
-        choice's text for tool calls; ``reasoning``: split it into reasoning and answer first."""
+        choice's text for tool calls; ``reasoning``: split it into reasoning and answer first;
+        ``token_ids``: name logprob tokens ``token_id:<id>``."""
         self.n = n
         self.chat = chat
         self.top = top_logprobs
+        self.token_ids = token_ids
         self.assemblers = [
             GenerationAssembler(1, stops=stops, include_stop=include_stop, max_tokens=m)
             for m in max_tokens
@@ -383,9 +386,9 @@ class RequestAssembler:
             logprobs: Any = None
             if self.top is not None:
                 if self.chat:
-                    logprobs = {"content": chat_logprobs(event.logprobs, self.top)}
+                    logprobs = {"content": chat_logprobs(event.logprobs, self.top, self.token_ids)}
                 else:
-                    logprobs = completion_logprobs(event.logprobs, self.top, self.offsets[index])
+                    logprobs = completion_logprobs(event.logprobs, self.top, self.offsets[index], self.token_ids)
                     # Advance by the tokens just reported, not by the text: the two differ where
                     # a token ends inside a UTF-8 character (its token is "", and the U+FFFD or
                     # the held-back bytes land in a later chunk's text) or text is held back for

@@ -49,6 +49,7 @@ class Generation:
             n=plan.n,
             chat=plan.chat,
             top_logprobs=plan.logprobs,
+            token_ids=plan.token_ids,
             max_tokens=plan.max_tokens,
             prompt_tokens=plan.prompt_tokens,
             stops=plan.stops,

@@ -71,6 +71,9 @@ class GenerationPlan:
     continuous_usage: bool
     logprobs: int | None = None
     """Top-k alternatives asked for (0: only the sampled token); None: no logprobs."""
+    token_ids: bool = False
+    """Logprob tokens named ``token_id:<id>`` rather than by their text (vLLM's
+    ``return_tokens_as_token_ids``)."""
     echo: tuple[str, ...] | None = None
     """Legacy completions with ``echo``: each prompt's text, shown before its completion."""
     prompt_tokens: tuple[int | None, ...] = ()

@@ -20,7 +20,6 @@ Why each refusal (docs/API.md has the table):
   ``repetition_detection``, ``thinking_token_budget``, ``watermarking``, ``stream_interval``:
   engine or scheduler options that ``sampling_parameters`` cannot carry (or carries in a shape the
   backend does not build), so asking for them would change nothing.
-- ``return_tokens_as_token_ids`` with logprobs: logprob tokens are encoded from their text.
 - ``prompt_embeds``: the contract takes text prompts.
 """
 
@@ -84,12 +83,6 @@ def check_extras(body: SamplingFields) -> None:
     for name, is_set, reason in _REFUSED:
         if is_set(body):
             raise InvalidRequestError(f"'{name}' is not supported: {reason}.", param=name)
-    logprobs = body.logprobs if isinstance(body, ChatCompletionRequest | CompletionRequest) else None
-    if body.return_tokens_as_token_ids and logprobs is not None and logprobs is not False:  # 0 is asking
-        raise InvalidRequestError(
-            "'return_tokens_as_token_ids' is not supported: logprob tokens are given as text.",
-            param="return_tokens_as_token_ids",
-        )
     if isinstance(body, CompletionRequest) and body.prompt_embeds is not None:
         raise InvalidRequestError(
             "'prompt_embeds' are not supported: the backend contract takes text prompts.", param="prompt_embeds"

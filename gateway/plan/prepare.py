@@ -106,6 +106,7 @@ def _plan(
         include_usage=bool(options and options.include_usage),
         continuous_usage=bool(options and options.continuous_usage_stats),
         logprobs=logprobs,
+        token_ids=bool(body.return_tokens_as_token_ids),
         echo=echo,
         prompt_tokens=prompt_tokens,
         deadline=context.deadline,

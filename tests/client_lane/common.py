@@ -12,15 +12,47 @@ from pydantic import BaseModel, Field
 MODEL = "tiny-llm"
 SCRIPTED = "scripted"
 """The test model that replays a script given in the prompt (tests/triton_models/README.md),
-served with the ``qwen3`` reasoning parser: what a reasoning model's clients see."""
+served with the ``qwen3`` reasoning parser; ``reasoning_model(parser)`` names its copies served
+with the other parsers: what each reasoning model's clients see."""
 THOUGHT, ANSWER = "Weigh 2+2: it is 4.", "Four."
 
+REASONING_OUTPUTS: dict[str, tuple[str, ...]] = {
+    # The template opened <think> in the prompt: the output starts inside the reasoning.
+    "deepseek_r1": (THOUGHT, "</think>", ANSWER),
+    "deepseek_v3": (THOUGHT, "</think>", ANSWER),
+    "qwen3": ("<think>", THOUGHT, "</think>", ANSWER),
+    "mistral": ("[THINK]", THOUGHT, "[/THINK]", ANSWER),
+    "granite": ("Here is my thought process:", THOUGHT, "Here is my response:", ANSWER),
+    "openai": (
+        "<|channel|>analysis<|message|>",
+        THOUGHT,
+        "<|end|><|start|>assistant<|channel|>final<|message|>",
+        ANSWER,
+    ),
+}
+"""What a model of each reasoning parser writes for the same thought and answer, one token per
+response: every piece but the answer is reasoning (markers included)."""
 
-def thinking_prompt() -> str:
-    """A prompt the scripted model answers as a Qwen3 model thinks: one token per response."""
-    pieces = ["<think>", THOUGHT, "</think>", ANSWER]
-    responses = [{"text": [base64.b64encode(piece.encode()).decode()]} for piece in pieces]
+THINKING_SWITCHES: dict[str, dict[str, bool]] = {"deepseek_v3": {"thinking": True}}
+"""``chat_template_kwargs`` a request sends to turn thinking on, for the hybrid models' parsers
+(without it they answer plainly). The Responses API carries no template variables: those
+parsers' models are tried on Chat Completions only."""
+
+
+def reasoning_model(parser: str) -> str:
+    """The scripted model's name as served with ``parser`` (``scripted`` itself for qwen3)."""
+    return SCRIPTED if parser == "qwen3" else f"{SCRIPTED}-{parser}"
+
+
+def thinking_prompt(parser: str = "qwen3") -> str:
+    """A prompt the scripted model answers as a model of ``parser`` thinks: one token per response."""
+    responses = [{"text": [base64.b64encode(piece.encode()).decode()]} for piece in REASONING_OUTPUTS[parser]]
     return "<script>" + json.dumps({"responses": responses}) + "</script>"
+
+
+def reasoning_tokens(parser: str) -> int:
+    """The completion tokens a ``parser`` model spends thinking in ``thinking_prompt(parser)``."""
+    return len(REASONING_OUTPUTS[parser]) - 1
 
 
 # Every Python client's requests carry this seed, so a run replays: a failure is reproducible.

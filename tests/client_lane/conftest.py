@@ -26,7 +26,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.client_lane.common import SCRIPTED
+from tests.client_lane.common import REASONING_OUTPUTS, SCRIPTED, reasoning_model
 
 LANE_ON = os.environ.get("CLIENT_LANE") == "1"
 OFF_REASON = "tests/client_lane not collected: it needs the client lane's venv; run `bash scripts/client-lane.sh`"
@@ -56,6 +56,25 @@ def _tail(path: Path, lines: int = 40) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
+def _scripted_copies(repository: Path) -> Path:
+    """A model repository serving the scripted model again under each other parser's name: its
+    config and code linked, its ``model.json`` naming the tokenizer by absolute path."""
+    source = ROOT / "tests" / "triton_models" / SCRIPTED
+    model_json = json.loads((source / "1" / "model.json").read_text())
+    model_json["model"] = str((source / "1" / model_json["model"]).resolve())
+    for parser in REASONING_OUTPUTS:
+        name = reasoning_model(parser)
+        if name == SCRIPTED:
+            continue
+        version = repository / name / "1"
+        version.mkdir(parents=True)
+        (repository / name / "config.pbtxt").symlink_to(source / "config.pbtxt")
+        for code in ("model.py", "replay.py"):
+            (version / code).symlink_to(source / "1" / code)
+        (version / "model.json").write_text(json.dumps(model_json))
+    return repository
+
+
 @pytest.fixture(scope="session")
 def gateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The gateway's base URL (no ``/v1``), ready: ``/health/ready`` answered 200."""
@@ -75,10 +94,12 @@ def gateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     env = {**os.environ, "XDG_STATE_HOME": str(workdir / "state")}
     command = [str(python), "-m", "gateway", "--embedded", "--port", str(port)]
     command += ["--triton-log-file", str(workdir / "triton.log")]
-    # Beside tiny-llm, the test models: the scripted one replays what a reasoning model writes
-    # (its reasoning parser set as a user would set it).
-    command += ["--model-repository", "triton_models/reference,tests/triton_models"]
-    command += ["--model-files", json.dumps({SCRIPTED: {"reasoning_parser": "qwen3"}})]
+    # Beside tiny-llm, the test models: the scripted one replays what a reasoning model writes,
+    # served once per reasoning parser (each set as a user would set it).
+    copies = _scripted_copies(workdir / "reasoning-models")
+    command += ["--model-repository", f"triton_models/reference,tests/triton_models,{copies}"]
+    parsers = {reasoning_model(parser): {"reasoning_parser": parser} for parser in REASONING_OUTPUTS}
+    command += ["--model-files", json.dumps(parsers)]
     started = time.monotonic()
     with log_path.open("wb") as log:
         process = subprocess.Popen(

@@ -1,6 +1,6 @@
 """The Vercel AI SDK (npm ``ai`` with ``@ai-sdk/openai``, Node.js): its default provider,
 ``openai(model)``, speaks the Responses API with the store on; ``@ai-sdk/openai-compatible``
-reads a reasoning model's chat completions.
+reads a reasoning model's chat completions, for a model served with each reasoning parser.
 
 ``node/vercel.mjs`` runs each case through the SDK and prints what it returned and every request
 it sent (a fetch wrapper records them); each test here reads one case.
@@ -15,15 +15,35 @@ from typing import Any
 
 import pytest
 
-from tests.client_lane.common import ANSWER, MODEL, SCRIPTED, THOUGHT, Forecast, check_weather_call, thinking_prompt
+from tests.client_lane.common import (
+    ANSWER,
+    MODEL,
+    REASONING_OUTPUTS,
+    THINKING_SWITCHES,
+    THOUGHT,
+    Forecast,
+    check_weather_call,
+    reasoning_model,
+    reasoning_tokens,
+    thinking_prompt,
+)
 
 NODE_DIR = Path(__file__).resolve().parent / "node"
+THINKERS = [
+    {
+        "parser": parser,
+        "model": reasoning_model(parser),
+        "prompt": thinking_prompt(parser),
+        "body": {"chat_template_kwargs": THINKING_SWITCHES[parser]} if parser in THINKING_SWITCHES else None,
+    }
+    for parser in sorted(REASONING_OUTPUTS)
+]
 
 
 @pytest.fixture(scope="module")
 def report(base_url: str) -> dict[str, Any]:
     done = subprocess.run(
-        ["node", "vercel.mjs", base_url, MODEL, SCRIPTED, thinking_prompt()],
+        ["node", "vercel.mjs", base_url, MODEL, json.dumps(THINKERS)],
         cwd=NODE_DIR,
         capture_output=True,
         text=True,
@@ -81,8 +101,13 @@ def test_a_named_tool_choice_beside_a_structured_output(report: dict[str, Any]) 
     Forecast.model_validate(case["result"]["output"])
 
 
-def test_a_reasoning_models_thinking_reaches_the_sdk_apart_from_its_answer(report: dict[str, Any]) -> None:
-    result = _case(report, "reasoning")["result"]
-    assert result["whole"] == {"text": ANSWER, "reasoning": THOUGHT, "reasoningTokens": 3}
+@pytest.mark.parametrize("parser", sorted(REASONING_OUTPUTS))
+def test_a_reasoning_models_thinking_reaches_the_sdk_apart_from_its_answer(report: dict[str, Any], parser: str) -> None:
+    result = _case(report, "reasoning")["result"][parser]
+    spent = reasoning_tokens(parser)
+    assert result["whole"] == {"text": ANSWER, "reasoning": THOUGHT, "reasoningTokens": spent}
     assert result["streamed"] == {"text": ANSWER, "reasoning": THOUGHT}
-    assert result["responses"] == {"text": ANSWER, "reasoningTokens": 3}
+    if parser in THINKING_SWITCHES:  # its switch is a template variable, which the Responses API lacks
+        assert result["responses"] is None
+    else:
+        assert result["responses"] == {"text": ANSWER, "reasoningTokens": spent}

@@ -76,6 +76,59 @@ def test_bad_words_keep_tiny_llms_greedy_words_out(client: openai.OpenAI, tokeni
     assert not kept_out.startswith(word)
 
 
+def token_id(name: str) -> int:
+    assert name.startswith("token_id:"), name
+    return int(name.removeprefix("token_id:"))
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_chat_logprob_tokens_as_token_ids_name_the_tokens_of_the_answer(
+    client: openai.OpenAI, tokenizer: Tokenizer, stream: bool
+) -> None:
+    def ask(**extra: Any) -> tuple[str, list[Any]]:
+        fields: dict[str, Any] = {"max_tokens": 6, "temperature": 0, "logprobs": True, "top_logprobs": 2}
+        if not stream:
+            answer = client.chat.completions.create(model=MODEL, messages=USER, extra_body=extra, **fields)  # type: ignore[arg-type]
+            return answer.choices[0].message.content or "", list(answer.choices[0].logprobs.content or [])  # type: ignore[union-attr]
+        chunks = client.chat.completions.create(model=MODEL, messages=USER, stream=True, extra_body=extra, **fields)  # type: ignore[arg-type]
+        text, items = "", []
+        for chunk in chunks:
+            for choice in chunk.choices:
+                text += choice.delta.content or ""
+                items.extend(choice.logprobs.content or [] if choice.logprobs else [])
+        return text, items
+
+    text, plain = ask()
+    same_text, named = ask(return_tokens_as_token_ids=True)
+    assert same_text == text and len(named) == len(plain) == 6
+    assert tokenizer.decode([token_id(item.token) for item in named]) == text
+    for by_text, by_id in zip(plain, named, strict=True):
+        assert (by_id.logprob, by_id.bytes) == (by_text.logprob, by_text.bytes)  # bytes: the token's text
+        assert [t.logprob for t in by_id.top_logprobs] == [t.logprob for t in by_text.top_logprobs]
+        for top in by_id.top_logprobs:
+            assert top.bytes == list(top.token.encode()) and token_id(top.token) >= 0
+
+
+def test_completion_logprob_tokens_as_token_ids_name_the_tokens_of_the_text(
+    client: openai.OpenAI, tokenizer: Tokenizer
+) -> None:
+    answer = client.completions.create(
+        model=MODEL,
+        prompt="Once upon a time",
+        max_tokens=6,
+        temperature=0,
+        logprobs=2,
+        extra_body={"return_tokens_as_token_ids": True},
+    )
+    logprobs = answer.choices[0].logprobs
+    assert logprobs is not None and logprobs.tokens and logprobs.top_logprobs and logprobs.text_offset
+    assert tokenizer.decode([token_id(token) for token in logprobs.tokens]) == answer.choices[0].text
+    for token, top in zip(logprobs.tokens, logprobs.top_logprobs, strict=True):
+        assert token in top and all(token_id(name) >= 0 for name in top)
+    lengths = [len(token) for token in logprobs.tokens[:-1]]
+    assert logprobs.text_offset == [sum(lengths[:i]) for i in range(len(logprobs.tokens))]  # as vLLM counts
+
+
 def test_continue_final_message_leaves_the_answer_open(gateway: GatewayProcess) -> None:
     messages = [{"role": "user", "content": ECHO}, {"role": "assistant", "content": "Sure, here"}]
     prompt = echoed(gateway, messages=messages, continue_final_message=True, add_generation_prompt=False)["text_input"]

@@ -68,17 +68,13 @@ def test_extras_that_cannot_be_honoured_are_refused_by_name(make: Any, field: st
         {"use_beam_search": False, "priority": 0, "watermarking": False, "return_token_ids": False},
         {"length_penalty": 1.0, "truncation_side": "left", "request_id": "abc", "session_id": "s"},
         {"return_tokens_as_token_ids": True},  # no logprobs asked: nothing to change
+        {"return_tokens_as_token_ids": True, "logprobs": 1},  # honoured: tokens named token_id:<id>
         {"kv_transfer_params": None, "prompt_logprobs": None},
     ],
 )
 def test_extras_at_a_value_that_changes_nothing_pass(fields: dict[str, Any]) -> None:
     check_extras(chat(**fields))
     check_extras(completion(**fields))
-
-
-def test_token_id_logprob_tokens_are_refused_with_logprobs() -> None:
-    assert refusal(chat(return_tokens_as_token_ids=True, logprobs=True)).param == "return_tokens_as_token_ids"
-    assert refusal(completion(return_tokens_as_token_ids=True, logprobs=0)).param == "return_tokens_as_token_ids"
 
 
 def test_prompt_embeds_are_refused() -> None:

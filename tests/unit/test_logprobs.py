@@ -39,3 +39,21 @@ def test_chats_top_logprobs_are_the_top_k_only() -> None:
     [item] = chat_logprobs([entry(("ou", -8.32, 40), (" 762", -4.35))], top=1)
     assert item["token"] == "ou"
     assert [t["token"] for t in item["top_logprobs"]] == [" 762"]
+
+
+def test_token_ids_name_every_chat_token_and_keep_the_sampled_tokens_text_bytes() -> None:
+    [item] = chat_logprobs([entry(("é", -0.2, 1), ("é", -0.2), ("b", -2.5))], top=2, token_ids=True)
+    assert item["token"] == "token_id:7"
+    assert item["bytes"] == list("é".encode())  # vLLM: the sampled token's bytes are its text's
+    assert [(t["token"], t["bytes"]) for t in item["top_logprobs"]] == [
+        ("token_id:7", list(b"token_id:7")),
+        ("token_id:102", list(b"token_id:102")),
+    ]
+
+
+def test_token_ids_name_completion_tokens_and_offsets_count_the_names() -> None:
+    entries = [entry(("ab", -0.1, 1), ("ab", -0.1)), entry(("c", -0.3, 2), ("d", -0.2))]
+    result = completion_logprobs(entries, top=1, text_offset=3, token_ids=True)
+    assert result["tokens"] == ["token_id:7", "token_id:7"]
+    assert result["top_logprobs"] == [{"token_id:7": -0.1}, {"token_id:7": -0.3, "token_id:101": -0.2}]
+    assert result["text_offset"] == [3, 3 + len("token_id:7")]  # as vLLM's server counts them

@@ -1,6 +1,8 @@
 // The Vercel AI SDK's default provider (`openai(model)`: the Responses API, store on) against the
-// gateway, and its OpenAI-compatible provider (chat completions) on a reasoning model.
-// Usage: node vercel.mjs <gateway base url, ending in /v1> <model> <reasoning model> <its prompt>
+// gateway, and its OpenAI-compatible provider (chat completions) on reasoning models.
+// Usage: node vercel.mjs <gateway base url, ending in /v1> <model> <reasoning models>
+// where <reasoning models> is a JSON list of {parser, model, prompt, body}: a model served with
+// that reasoning parser, a prompt it thinks on, and the extra body fields that turn its thinking on.
 //
 // Runs each case, catching its error, and prints one JSON object on stdout: per case, what the
 // SDK returned (or the error's message, its status and response body) and every request the SDK
@@ -12,9 +14,9 @@ import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
 import { generateObject, generateText, Output, stepCountIs, streamText, tool } from 'ai';
 import { z } from 'zod';
 
-const [baseURL, model, thinker, thinkingPrompt] = process.argv.slice(2);
-if (!baseURL || !model || !thinker || !thinkingPrompt) {
-  console.error('usage: node vercel.mjs <base url ending in /v1> <model> <reasoning model> <its prompt>');
+const [baseURL, model, thinkers] = process.argv.slice(2);
+if (!baseURL || !model || !thinkers) {
+  console.error('usage: node vercel.mjs <base url ending in /v1> <model> <reasoning models as JSON>');
   process.exit(2);
 }
 
@@ -111,24 +113,31 @@ const cases = {
     return { toolCalls: callsOf(result.steps), output: result.output, steps: result.steps.length };
   },
 
-  // A reasoning model through the OpenAI-compatible provider (it reads reasoning_content or
-  // reasoning), whole and streamed; and through the default provider, which reads a reasoning
-  // item's summary only (the gateway, as vLLM, leaves it empty) but counts its tokens.
+  // Each reasoning model through the OpenAI-compatible provider (it reads reasoning_content or
+  // reasoning), whole and streamed, extra body fields in its providerOptions as users send them;
+  // and through the default provider, which reads a reasoning item's summary only (the gateway,
+  // as vLLM, leaves it empty) but counts its tokens. A model that needs extra fields is not tried
+  // there: the Responses API carries no template variables.
   async reasoning() {
-    const whole = await generateText({ model: compatible(thinker), prompt: thinkingPrompt });
-    const stream = streamText({ model: compatible(thinker), prompt: thinkingPrompt });
-    let text = '';
-    let reasoning = '';
-    for await (const part of stream.fullStream) {
-      if (part.type === 'text-delta') text += part.text;
-      if (part.type === 'reasoning-delta') reasoning += part.text;
+    const results = {};
+    for (const { parser, model: thinker, prompt, body } of JSON.parse(thinkers)) {
+      const providerOptions = body ? { gateway: body } : undefined;
+      const whole = await generateText({ model: compatible(thinker), prompt, providerOptions });
+      const stream = streamText({ model: compatible(thinker), prompt, providerOptions });
+      let text = '';
+      let reasoning = '';
+      for await (const part of stream.fullStream) {
+        if (part.type === 'text-delta') text += part.text;
+        if (part.type === 'reasoning-delta') reasoning += part.text;
+      }
+      const responses = body ? null : await generateText({ model: openai(thinker), prompt });
+      results[parser] = {
+        whole: { text: whole.text, reasoning: whole.reasoningText, reasoningTokens: whole.usage.reasoningTokens },
+        streamed: { text, reasoning },
+        responses: responses && { text: responses.text, reasoningTokens: responses.usage.reasoningTokens },
+      };
     }
-    const responses = await generateText({ model: openai(thinker), prompt: thinkingPrompt });
-    return {
-      whole: { text: whole.text, reasoning: whole.reasoningText, reasoningTokens: whole.usage.reasoningTokens },
-      streamed: { text, reasoning },
-      responses: { text: responses.text, reasoningTokens: responses.usage.reasoningTokens },
-    };
+    return results;
   },
 };
 
