@@ -4,7 +4,8 @@ Both carry ``errors.error_body`` (OpenAI's ``{"error": {...}}``), so a client se
 whether a request failed before its stream started or in the middle of it. Requests to
 Anthropic's Messages API (``/v1/messages`` and below) get Anthropic's shape and statuses instead
 (``errors.anthropic_error_body``), chosen here by path for every error, the edge guards'
-included. The handlers installed by ``install_error_handlers`` make sure no error leaves in FastAPI's ``{"detail": ...}`` shape.
+included. The handlers installed by ``install_error_handlers`` make sure no error leaves in
+FastAPI's ``{"detail": ...}`` shape.
 """
 
 from __future__ import annotations

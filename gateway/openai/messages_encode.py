@@ -74,7 +74,7 @@ class MessageEncoder:
     __slots__ = ("_head", "_framing", "_delta_prefix", "_delta_tail", "content", "_kind", "_parts", "_called")
 
     def __init__(self, message_id: str, model: str, framing: EventFraming) -> None:
-        self._head = {"id": message_id, "type": "message", "role": "assistant", "model": model}
+        self._head: dict[str, Any] = {"id": message_id, "type": "message", "role": "assistant", "model": model}
         self._framing = framing
         prefix, suffix = framing(DELTA)
         self._delta_prefix = prefix + b'{"type":"content_block_delta","index":'
