@@ -14,8 +14,10 @@ still holds, since counting costs CPU in proportion to the text.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from gateway.config import Settings
-from gateway.errors import InvalidRequestError
+from gateway.errors import InvalidRequestError, ModelNotFoundError
 from gateway.models.catalog import ModelCatalog, ServedModel
 from gateway.models.resolve import resolve_model
 from gateway.plan.budget import check_prompt_limits, counting_for
@@ -53,3 +55,17 @@ def check_countable(model: ServedModel, prompt: str, settings: Settings) -> None
             param="model",
         )
     check_prompt_limits(prompt, None, max_prompt_chars=settings.max_prompt_chars, max_tokens_cap=None)
+
+
+def default_model(model_id: str | None, models: Mapping[str, ServedModel]) -> str:
+    """``model`` may be left out when the gateway serves one model (vLLM serves one)."""
+    if model_id is not None:
+        return model_id
+    if len(models) == 1:
+        return next(iter(models))
+    if not models:
+        raise ModelNotFoundError("No model is being served.", param="model")
+    raise InvalidRequestError(
+        f"'model' is required: this gateway serves {len(models)} models ({', '.join(sorted(models))}).",
+        param="model",
+    )
