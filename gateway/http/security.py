@@ -70,13 +70,15 @@ def presented_key(headers: Iterable[tuple[bytes, bytes]]) -> bytes | None:
 
 
 class ApiKeyMiddleware:
-    """``Authorization: Bearer <key>`` or ``x-api-key: <key>`` on protected paths; health endpoints
-    always open. A request that passes carries its key's hash as its owner (``request_owner``)."""
+    """``Authorization: Bearer <key>`` or ``x-api-key: <key>`` on protected paths (the API under
+    ``/v1/``, and vLLM's ``/tokenize`` and ``/detokenize`` at the root); health endpoints always
+    open. A request that passes carries its key's hash as its owner (``request_owner``)."""
 
     def __init__(self, app: ASGIApp, keys: frozenset[str], protect_metrics: bool) -> None:
         self.app = app
         self.keys = tuple(k.encode() for k in keys)
-        self.prefixes = ("/v1/", "/metrics") if protect_metrics else ("/v1/",)
+        api = ("/v1/", "/tokenize", "/detokenize")
+        self.prefixes = (*api, "/metrics") if protect_metrics else api
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] == "OPTIONS" or not scope["path"].startswith(self.prefixes):
