@@ -133,6 +133,15 @@ def test_stop_sequence_is_cut_and_named(sdk: anthropic.Anthropic, gateway: Gatew
     assert events[-2][1]["delta"] == {"stop_reason": "stop_sequence", "stop_sequence": "END"}
 
 
+def test_stop_sequence_cut_by_a_backend_that_enforces_stops(sdk: anthropic.Anthropic) -> None:
+    """tiny-llm stops at a stop string itself, as vLLM does: it is asked to keep it, so the
+    gateway still sees which one matched."""
+    stops = ["a", "e", "i", "o", "n", "t"]
+    message = sdk.messages.create(model=MODEL, max_tokens=64, messages=user("Hello!"), stop_sequences=stops)
+    assert message.stop_reason == "stop_sequence" and message.stop_sequence in stops
+    assert message.stop_sequence not in message.content[0].text  # type: ignore[union-attr]
+
+
 def test_token_cap_is_max_tokens(sdk: anthropic.Anthropic) -> None:
     message = sdk.messages.create(model=SCRIPTED, max_tokens=2, messages=user(script("a", "b", finish="length")))
     assert message.stop_reason == "max_tokens" and message.stop_sequence is None
