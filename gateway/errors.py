@@ -172,7 +172,12 @@ def anthropic_status(status: int) -> int:
 
 
 def anthropic_error_body(error: GatewayError) -> dict[str, Any]:
-    """Anthropic's error object: ``{"type": "error", "error": {"type", "message"}}``."""
+    """Anthropic's error object: ``{"type": "error", "error": {"type", "message"}}``. It has no
+    ``param``: the field goes in front of the message (``messages.0.content.1.type: ...``), as
+    Anthropic words its own validation errors, unless the message already names it."""
     status = error.status_code
     kind = ANTHROPIC_TYPES.get(status) or ("invalid_request_error" if status < 500 else "api_error")
-    return {"type": "error", "error": {"type": kind, "message": error.message}}
+    message = error.message
+    if error.param and error.param not in message:
+        message = f"{error.param}: {message}"
+    return {"type": "error", "error": {"type": kind, "message": message}}

@@ -281,6 +281,14 @@ def test_bad_body_is_anthropic_shaped_400(gateway: GatewayProcess) -> None:
     assert "max_tokens" in body["error"]["message"]
 
 
+def test_an_image_for_a_text_only_model_is_a_400_naming_the_turn(sdk: anthropic.Anthropic) -> None:
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
+    with pytest.raises(anthropic.BadRequestError) as info:
+        sdk.messages.create(model=SCRIPTED, max_tokens=5, messages=user([image, {"type": "text", "text": "?"}]))  # type: ignore[arg-type]
+    message = info.value.body["error"]["message"]  # type: ignore[index]
+    assert message.startswith("messages.0: ") and "image" in message
+
+
 def test_budget_below_anthropics_minimum_is_a_400(gateway: GatewayProcess) -> None:
     body = {
         "model": SCRIPTED,

@@ -19,6 +19,7 @@ from gateway.core.toolcalls import ToolCallOut
 from gateway.errors import (
     BackendUnavailableError,
     GatewayError,
+    InvalidRequestError,
     ModelNotFoundError,
     RateLimitError,
     anthropic_error_body,
@@ -174,6 +175,17 @@ def test_errors_have_anthropics_shape_on_its_paths_only(error: GatewayError, sta
     assert error_payload(error, "/v1/messages") == (status, anthropic_error_body(error))
     assert error_payload(error, "/v1/messagesx")[0] == error.status_code
     assert "error" in error_payload(error, "/v1/chat/completions")[1]
+
+
+def test_the_field_leads_anthropics_message() -> None:
+    error = InvalidRequestError(
+        "content blocks of type 'document' are not supported", param="messages.0.content.1.type"
+    )
+    assert anthropic_error_body(error)["error"]["message"] == (
+        "messages.0.content.1.type: content blocks of type 'document' are not supported"
+    )
+    named = InvalidRequestError("'max_tokens' is a required property", param="max_tokens")
+    assert anthropic_error_body(named)["error"]["message"] == "'max_tokens' is a required property"
 
 
 @pytest.mark.parametrize(
