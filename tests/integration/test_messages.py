@@ -15,7 +15,6 @@ import pytest
 
 from gateway.triton_launcher import TritonServer
 from tests.integration.conftest import MODEL, GatewayProcess, read_metric, start_gateway, stop_gateway, wait_for
-from tests.integration.test_edge import locked  # noqa: F401 - the gateway with API keys
 from tests.integration.test_tool_calls import ECHO, WEATHER
 
 SCRIPTED = "scripted"
@@ -309,22 +308,6 @@ def test_unknown_model_is_not_found_error(sdk: anthropic.Anthropic) -> None:
     }  # type: ignore[index]
     with pytest.raises(anthropic.NotFoundError):
         sdk.messages.count_tokens(model="no-such-model", messages=user("hi"))  # type: ignore[arg-type]
-
-
-def test_api_key_header_is_accepted_and_checked(locked: GatewayProcess) -> None:  # noqa: F811
-    with anthropic.Anthropic(base_url=locked.url, api_key="env-key", max_retries=0) as good:
-        assert good.messages.create(model=MODEL, max_tokens=2, messages=user("hi")).usage.output_tokens >= 1
-    with anthropic.Anthropic(base_url=locked.url, api_key="wrong", max_retries=0) as bad:
-        with pytest.raises(anthropic.AuthenticationError) as info:
-            bad.messages.create(model=MODEL, max_tokens=2, messages=user("hi"))
-    assert info.value.body["error"]["type"] == "authentication_error"  # type: ignore[index]
-    assert info.value.body["type"] == "error"  # type: ignore[index]
-    chat = {"model": MODEL, "messages": user("hi"), "max_tokens": 2}
-    assert (
-        httpx.post(locked.url + "/v1/chat/completions", json=chat, headers={"x-api-key": "env-key"}).status_code == 200
-    )
-    both = {"Authorization": "Bearer wrong", "x-api-key": "env-key"}  # Authorization wins
-    assert httpx.post(locked.url + "/v1/chat/completions", json=chat, headers=both).status_code == 401
 
 
 def test_backend_error_mid_stream_is_an_error_event(gateway: GatewayProcess) -> None:
