@@ -16,7 +16,7 @@ API's own is decided here:
   ``chat_template_kwargs`` would set them, and whether the reasoning is answered as thinking
   blocks; ``budget_tokens`` is checked as Anthropic checks it and not enforced;
 - stop sequences are sent to the backend to be kept in its output and cut by the gateway's own
-  assembly, which then knows which one matched (``stop_sequence`` in the answer).
+  assembly, which then knows which one matched (``stop_sequence`` in the answer; ``cut_stops_here``).
 
 A 4xx raised by chat's planning names chat's field; it is renamed to the Messages field the client
 sent (``messages.3`` → the turn it came from, ``stop`` → ``stop_sequences``...).
@@ -71,10 +71,28 @@ async def prepare_message(
             "(set one in GATEWAY_MODEL_FILES)",
             param="thinking",
         )
-    # The backend keeps the stop sequence in its output (``include_stop_str_in_output``), and the
-    # gateway's assembly cuts it there: so it knows which one matched.
-    generation = dataclasses.replace(generation, include_stop=False, api="messages")
+    generation = dataclasses.replace(cut_stops_here(generation), api="messages")
     return MessagesPlan(generation=generation, message_id=f"msg_{os.urandom(12).hex()}", model=body.model)
+
+
+def cut_stops_here(generation: GenerationPlan) -> GenerationPlan:
+    """The backend keeps a matched stop sequence in its output (``include_stop_str_in_output``)
+    and the gateway's assembly cuts it, so the answer can name it (``stop_sequence``).
+
+    Not where the backend keeps special tokens (``skip_special_tokens: false``, for a tool-call or
+    reasoning format whose markers are special tokens): keeping the stop there keeps the text of
+    an end-of-sequence token too, which would reach the answer. There the backend cuts the stop
+    itself and the answer cannot say which one matched (``stop_reason: "end_turn"``)."""
+    if any(request.sampling.get("skip_special_tokens") is False for request in generation.requests):
+        requests = tuple(
+            dataclasses.replace(
+                request,
+                sampling={k: v for k, v in request.sampling.items() if k != "include_stop_str_in_output"},
+            )
+            for request in generation.requests
+        )
+        return dataclasses.replace(generation, requests=requests, include_stop=False)
+    return dataclasses.replace(generation, include_stop=False)
 
 
 async def count_message_tokens(body: MessagesCountRequest, catalog: ModelCatalog, settings: Settings) -> int:

@@ -8,10 +8,13 @@ from typing import Any
 
 import pytest
 
+from gateway.backend.types import GenerationRequest
+from gateway.core.generation_plan import GenerationPlan
 from gateway.errors import InvalidRequestError
 from gateway.plan.messages import (
     chat_tool_choice,
     check_thinking,
+    cut_stops_here,
     messages_param,
     to_chat_request,
 )
@@ -212,3 +215,36 @@ def test_thinking_without_max_tokens_is_checked_for_counting() -> None:
 )
 def test_chat_param_names_are_renamed_back(chat: str | None, messages: str | None) -> None:
     assert messages_param(chat, ["system", "messages.0", "messages.0", "messages.1"]) == messages
+
+
+def plan_with(sampling: dict[str, Any]) -> GenerationPlan:
+    request = GenerationRequest(request_id="r", model="m", prompt="p", sampling=sampling)
+    return GenerationPlan(
+        requests=(request,),
+        request_id="r",
+        chat=True,
+        stream=False,
+        model_id="m",
+        adapter=None,
+        completion_id="c",
+        created=0,
+        n=1,
+        stops=("END",),
+        include_stop=True,
+        max_tokens=(10,),
+        include_usage=False,
+        continuous_usage=False,
+    )
+
+
+def test_the_backend_keeps_the_stop_and_the_gateway_cuts_it() -> None:
+    plan = cut_stops_here(plan_with({"stop": ["END"], "include_stop_str_in_output": True}))
+    assert plan.include_stop is False and plan.stops == ("END",)
+    assert plan.requests[0].sampling["include_stop_str_in_output"] is True
+
+
+def test_where_special_tokens_are_kept_the_backend_cuts_the_stop_itself() -> None:
+    sampling = {"stop": ["END"], "include_stop_str_in_output": True, "skip_special_tokens": False}
+    plan = cut_stops_here(plan_with(sampling))
+    assert plan.include_stop is False
+    assert plan.requests[0].sampling == {"stop": ["END"], "skip_special_tokens": False}
