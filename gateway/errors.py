@@ -20,7 +20,8 @@
 
 Every layer raises these; the HTTP edge maps them with :func:`error_body` both for JSON responses
 and for the error event of a stream that has already started, so a client sees the same shape
-either way.
+either way. Anthropic's Messages API (``/v1/messages``) gets the same errors in its own shape
+(:func:`anthropic_error_body`, :func:`anthropic_status`).
 """
 
 from __future__ import annotations
@@ -146,3 +147,37 @@ def error_body(error: GatewayError) -> dict[str, Any]:
             "code": error.code,
         }
     }
+
+
+ANTHROPIC_TYPES: dict[int, str] = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+}
+"""Anthropic's error type per HTTP status (its SDKs raise by status, clients read the type)."""
+
+ANTHROPIC_OVERLOADED = 529
+"""Anthropic answers an overloaded service with 529, where OpenAI's shape says 503."""
+
+
+def anthropic_status(status: int) -> int:
+    """The status Anthropic's API would answer where the gateway's own says ``status``."""
+    return ANTHROPIC_OVERLOADED if status == 503 else status
+
+
+def anthropic_error_body(error: GatewayError) -> dict[str, Any]:
+    """Anthropic's error object: ``{"type": "error", "error": {"type", "message"}}``. It has no
+    ``param``: the field goes in front of the message (``messages.0.content.1.type: ...``), as
+    Anthropic words its own validation errors, unless the message already names it."""
+    status = error.status_code
+    kind = ANTHROPIC_TYPES.get(status) or ("invalid_request_error" if status < 500 else "api_error")
+    message = error.message
+    if error.param and error.param not in message:
+        message = f"{error.param}: {message}"
+    return {"type": "error", "error": {"type": kind, "message": message}}

@@ -97,7 +97,16 @@ def partial_stop_length(text: str, stops: Sequence[str]) -> int:
 class ChoiceAssembler:
     """One sequence's state: UTF-8 decoder, held-back tail, finish reason, token count."""
 
-    __slots__ = ("_decoder", "_held", "_partial", "_stops", "_include_stop", "finish_reason", "completion_tokens")
+    __slots__ = (
+        "_decoder",
+        "_held",
+        "_partial",
+        "_stops",
+        "_include_stop",
+        "finish_reason",
+        "stop_sequence",
+        "completion_tokens",
+    )
 
     def __init__(self, stops: Sequence[str], include_stop: bool) -> None:
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
@@ -107,6 +116,9 @@ class ChoiceAssembler:
         self._stops = tuple(s for s in stops if s)
         self._include_stop = include_stop
         self.finish_reason: str | None = None
+        self.stop_sequence: str | None = None
+        """The stop string that ended the sequence (Anthropic's ``stop_sequence`` names it); None
+        when it ended any other way."""
         self.completion_tokens = 0
 
     @property
@@ -138,6 +150,7 @@ class ChoiceAssembler:
             position, stop = found
             self._held = ""
             self.finish_reason = "stop"
+            self.stop_sequence = stop
             return text[: position + len(stop)] if self._include_stop else text[:position]
         if ending:
             self._held = ""
@@ -354,6 +367,11 @@ class RequestAssembler:
         if self.readers is None:
             return reasons
         return [reader.finish_reason(reason) for reader, reason in zip(self.readers, reasons, strict=True)]
+
+    @property
+    def stop_sequences(self) -> list[str | None]:
+        """Per choice, the stop string that ended it (None: it ended another way, or not yet)."""
+        return [a.choices[0].stop_sequence for a in self.assemblers]
 
     @property
     def choice_completion_tokens(self) -> list[int]:

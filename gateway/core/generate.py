@@ -95,6 +95,10 @@ class Generation:
     def finish_reasons(self) -> list[str | None]:
         return self.assembler.finish_reasons
 
+    @property
+    def stop_sequences(self) -> list[str | None]:
+        return self.assembler.stop_sequences
+
     def __aiter__(self) -> Generation:
         return self
 

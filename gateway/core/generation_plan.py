@@ -86,7 +86,8 @@ class GenerationPlan:
     """How each choice's text is split into reasoning and answer (before tool calls are read
     from the answer); None: all of it is the answer."""
     api: str | None = None
-    """The endpoint, when it is not the one ``chat`` says (``responses``: a chat plan in another API)."""
+    """The endpoint, when it is not the one ``chat`` says (``responses``, ``messages``: a chat plan
+    in another API)."""
 
     @property
     def model(self) -> str:

@@ -1,6 +1,6 @@
 """The generating routes called straight from the ASGI call, without FastAPI's per-request work.
 
-``POST /v1/chat/completions``, ``/v1/completions`` and ``/v1/responses`` carry the gateway's fixed
+``POST /v1/chat/completions``, ``/v1/completions``, ``/v1/responses`` and ``/v1/messages`` carry the gateway's fixed
 cost per request, which a client sees as added time to first token. Between its router and the
 handler FastAPI matches the path against every route, opens two exit stacks and telemetry hooks,
 parses the content type as an e-mail header, parses the body and solves the dependencies: ~300 µs
@@ -40,7 +40,8 @@ from gateway.http.errors import (
     not_json,
     unreadable_body,
 )
-from gateway.http.routes import chat, completions, responses
+from gateway.http.routes import chat, completions, messages, responses
+from gateway.plan.messages_request import MessagesRequest
 from gateway.plan.requests import ChatCompletionRequest, CompletionRequest
 from gateway.plan.responses_request import ResponsesRequest
 
@@ -59,6 +60,7 @@ DIRECT_ROUTES: Mapping[str, DirectRoute[Any]] = {
     "/v1/chat/completions": DirectRoute(ChatCompletionRequest, chat.create_chat_completion),
     "/v1/completions": DirectRoute(CompletionRequest, completions.create_completion),
     "/v1/responses": DirectRoute(ResponsesRequest, responses.create_response),
+    "/v1/messages": DirectRoute(MessagesRequest, messages.create_message),
 }
 
 

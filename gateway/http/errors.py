@@ -1,8 +1,11 @@
 """Errors → HTTP, in one place: the JSON error response and the SSE error event.
 
 Both carry ``errors.error_body`` (OpenAI's ``{"error": {...}}``), so a client sees the same shape
-whether a request failed before its stream started or in the middle of it. The handlers installed
-by ``install_error_handlers`` make sure no error leaves in FastAPI's ``{"detail": ...}`` shape.
+whether a request failed before its stream started or in the middle of it. Requests to
+Anthropic's Messages API (``/v1/messages`` and below) get Anthropic's shape and statuses instead
+(``errors.anthropic_error_body``), chosen here by path for every error, the edge guards'
+included. The handlers installed by ``install_error_handlers`` make sure no error leaves in
+FastAPI's ``{"detail": ...}`` shape.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 
-from gateway.errors import GatewayError, InvalidRequestError, error_body
+from gateway.errors import GatewayError, InvalidRequestError, anthropic_error_body, anthropic_status, error_body
 from gateway.http.json_response import JSONBytesResponse
 from gateway.http.sse import data_frame
 
@@ -28,9 +31,25 @@ class ClientDisconnected(Exception):
     """The HTTP client went away before a non-streaming answer was ready."""
 
 
-def error_response(error: GatewayError) -> JSONBytesResponse:
+ANTHROPIC_PREFIX = "/v1/messages"
+
+
+def is_anthropic_path(path: str) -> bool:
+    """Whether a request speaks Anthropic's Messages API, whose errors have Anthropic's shape."""
+    return path == ANTHROPIC_PREFIX or path.startswith(ANTHROPIC_PREFIX + "/")
+
+
+def error_payload(error: GatewayError, path: str) -> tuple[int, dict[str, Any]]:
+    """The status and JSON body answering ``error`` on ``path``: OpenAI's, or Anthropic's on its paths."""
+    if is_anthropic_path(path):
+        return anthropic_status(error.status_code), anthropic_error_body(error)
+    return error.status_code, error_body(error)
+
+
+def error_response(error: GatewayError, path: str = "") -> JSONBytesResponse:
     """The JSON answer to a request that failed before any of its body was sent."""
-    return JSONBytesResponse(error_body(error), status_code=error.status_code, headers=error.headers)
+    status, body = error_payload(error, path)
+    return JSONBytesResponse(body, status_code=status, headers=error.headers)
 
 
 def error_event(error: GatewayError) -> bytes:
@@ -101,15 +120,15 @@ async def _gateway_error(request: Request, exc: Exception) -> JSONBytesResponse:
     assert isinstance(exc, GatewayError)
     if exc.status_code >= 500:
         logger.warning("%s %s -> %d: %s", request.method, request.url.path, exc.status_code, exc.message)
-    return error_response(exc)
+    return error_response(exc, request.url.path)
 
 
 async def _validation_error(request: Request, exc: Exception) -> JSONBytesResponse:
     assert isinstance(exc, RequestValidationError)
     content_type = request.headers.get("content-type")
     if request.method == "POST" and not is_json(content_type):  # FastAPI left the body unread
-        return error_response(not_json(content_type))
-    return error_response(describe_validation(list(exc.errors())))
+        return error_response(not_json(content_type), request.url.path)
+    return error_response(describe_validation(list(exc.errors())), request.url.path)
 
 
 async def _http_error(request: Request, exc: Exception) -> JSONBytesResponse:
@@ -119,7 +138,8 @@ async def _http_error(request: Request, exc: Exception) -> JSONBytesResponse:
     error.error_type = "invalid_request_error" if exc.status_code < 500 else "server_error"  # type: ignore[misc]
     if exc.status_code == 404:
         error.message = f"Unknown request URL: {request.method} {request.url.path}."
-    return JSONBytesResponse(error_body(error), status_code=exc.status_code, headers=getattr(exc, "headers", None))
+    status, body = error_payload(error, request.url.path)
+    return JSONBytesResponse(body, status_code=status, headers=getattr(exc, "headers", None))
 
 
 async def _client_disconnected(request: Request, exc: Exception) -> JSONBytesResponse:
@@ -132,7 +152,7 @@ async def _client_disconnected(request: Request, exc: Exception) -> JSONBytesRes
 
 async def _unexpected_error(request: Request, exc: Exception) -> JSONBytesResponse:
     logger.exception("unhandled error on %s %s", request.method, request.url.path)
-    return error_response(GatewayError("The server had an error while processing your request."))
+    return error_response(GatewayError("The server had an error while processing your request."), request.url.path)
 
 
 ErrorHandler = Callable[[Request, Exception], Awaitable[JSONBytesResponse]]

@@ -13,7 +13,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.metrics import Metrics
 
-ENDPOINTS = {"/v1/chat/completions": "chat", "/v1/completions": "completions", "/v1/responses": "responses"}
+ENDPOINTS = {
+    "/v1/chat/completions": "chat",
+    "/v1/completions": "completions",
+    "/v1/responses": "responses",
+    "/v1/messages": "messages",
+}
 """The completion routes' paths → their ``endpoint`` label (``GenerationPlan.endpoint``)."""
 
 _COUNTED = "counted_by_outcome"

@@ -17,15 +17,17 @@ from gateway.errors import (
     AuthenticationError,
     GatewayError,
     PayloadTooLargeError,
-    error_body,
 )
+from gateway.http.errors import error_payload
 
 
-async def send_error(send: Send, error: GatewayError) -> None:
+async def send_error(send: Send, error: GatewayError, path: str = "") -> None:
+    """An error answered before the app sees the request, in the shape ``path``'s API uses."""
+    status, body = error_payload(error, path)
     headers = [(b"content-type", b"application/json")]
     headers += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in error.headers.items()]
-    await send({"type": "http.response.start", "status": error.status_code, "headers": headers})
-    await send({"type": "http.response.body", "body": orjson.dumps(error_body(error))})
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": orjson.dumps(body)})
 
 
 OWNER = "api_key_owner"
@@ -48,37 +50,56 @@ def key_matches(presented: bytes, keys: Iterable[bytes]) -> bool:
     return found
 
 
+def presented_key(headers: Iterable[tuple[bytes, bytes]]) -> bytes | None:
+    """The API key a request presents: ``Authorization: Bearer <key>`` (OpenAI's SDKs), else
+    ``x-api-key`` (Anthropic's SDKs); Authorization wins when both are sent. None when neither
+    is there; b"" when Authorization is there but not a bearer token."""
+    authorization: bytes | None = None
+    api_key: bytes | None = None
+    for name, value in headers:
+        if name == b"authorization" and authorization is None:
+            authorization = value
+        elif name == b"x-api-key" and api_key is None:
+            api_key = value
+    if authorization is not None:
+        scheme, _, token = authorization.partition(b" ")
+        return token.strip() if scheme.lower() == b"bearer" else b""
+    if api_key is not None:
+        return api_key.strip()
+    return None
+
+
 class ApiKeyMiddleware:
-    """``Authorization: Bearer <key>`` on protected paths; health endpoints always open. A request
-    that passes carries its key's hash as its owner (``request_owner``)."""
+    """``Authorization: Bearer <key>`` or ``x-api-key: <key>`` on protected paths (the API under
+    ``/v1/``, and vLLM's ``/tokenize`` and ``/detokenize`` at the root); health endpoints always
+    open. A request that passes carries its key's hash as its owner (``request_owner``)."""
 
     def __init__(self, app: ASGIApp, keys: frozenset[str], protect_metrics: bool) -> None:
         self.app = app
         self.keys = tuple(k.encode() for k in keys)
-        self.prefixes = ("/v1/", "/metrics") if protect_metrics else ("/v1/",)
+        api = ("/v1/", "/tokenize", "/detokenize")
+        self.prefixes = (*api, "/metrics") if protect_metrics else api
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] == "OPTIONS" or not scope["path"].startswith(self.prefixes):
             await self.app(scope, receive, send)
             return
-        header = b""
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                header = value
-                break
-        scheme, _, token = header.partition(b" ")
-        if scheme.lower() != b"bearer" or not token:
+        token = presented_key(scope["headers"])
+        if not token:
             await send_error(
                 send,
                 AuthenticationError(
-                    "Missing API key: send it as 'Authorization: Bearer <key>'.", headers={"WWW-Authenticate": "Bearer"}
+                    "Missing API key: send it as 'Authorization: Bearer <key>' or 'x-api-key: <key>'.",
+                    headers={"WWW-Authenticate": "Bearer"},
                 ),
+                scope["path"],
             )
             return
-        token = token.strip()
         if not key_matches(token, self.keys):
             await send_error(
-                send, AuthenticationError("Incorrect API key provided.", headers={"WWW-Authenticate": "Bearer"})
+                send,
+                AuthenticationError("Incorrect API key provided.", headers={"WWW-Authenticate": "Bearer"}),
+                scope["path"],
             )
             return
         scope.setdefault("state", {})[OWNER] = hashlib.sha256(token).hexdigest()
@@ -104,7 +125,7 @@ class BodySizeLimitMiddleware:
         for name, value in scope["headers"]:
             if name == b"content-length":
                 if value.isdigit() and int(value) > self.limit:
-                    await send_error(send, self._error())
+                    await send_error(send, self._error(), scope["path"])
                     return
                 break
         chunks: list[bytes] = []
@@ -118,7 +139,7 @@ class BodySizeLimitMiddleware:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.limit:
-                await send_error(send, self._error())
+                await send_error(send, self._error(), scope["path"])
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):

@@ -28,7 +28,9 @@ def count_prompt_tokens(model: ServedModel, prompt: str) -> int | None:
     return count_tokens(model.tokenizer, prompt)
 
 
-def _counting(model: ServedModel) -> Callable[[str], int]:
+def counting_for(model: ServedModel) -> Callable[[str], int]:
+    """How planning counts the model's prompts: through its stretch cache when it has one. Same
+    numbers as ``count_tokens``; the caller checks that the model has a tokenizer."""
     if model.prompt_tokenizer is not None:
         return model.prompt_tokenizer.count
     return partial(count_tokens, model.tokenizer)
@@ -107,7 +109,7 @@ async def plan_budget(
     A prompt over the gateway's limits is refused before any counting."""
     cap = settings.limits_for(model.name)[2]
     check_prompt_limits(prompt, requested, max_prompt_chars=settings.max_prompt_chars, max_tokens_cap=cap)
-    counted = await counter.count(_counting(model), prompt) if count_needed(requested, model, prompt) else None
+    counted = await counter.count(counting_for(model), prompt) if count_needed(requested, model, prompt) else None
     return _budget(requested, model, prompt, settings, min_tokens=min_tokens, param=param, prompt_tokens=counted)
 
 

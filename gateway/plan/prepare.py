@@ -115,9 +115,22 @@ def _plan(
     )
 
 
-async def prepare_chat(
-    body: ChatCompletionRequest, context: RequestContext, catalog: ModelCatalog, settings: Settings
-) -> GenerationPlan:
+@dataclass(frozen=True, slots=True)
+class ChatPrompt:
+    """A chat request through its first five stages: what counting and generating share."""
+
+    body: ChatCompletionRequest
+    """The request as planned (deprecated ``functions`` read as ``tools``)."""
+    resolved: ResolvedModel
+    tools: ToolsDecision
+    prompt: str
+    """The rendered prompt: the text the backend tokenizes."""
+
+
+async def render_chat(body: ChatCompletionRequest, catalog: ModelCatalog, settings: Settings) -> ChatPrompt:
+    """Stages 1-5 of a chat request: checked, its model resolved, tools decided, the prompt
+    rendered. ``prepare_chat`` goes on from here, and ``plan.count`` counts the prompt, so a count
+    is made of exactly the text a generation would send."""
     body = from_legacy_functions(body)  # 1
     check_chat_limits(body, max_n=settings.max_n, max_messages=settings.max_messages)
     check_extras(body)
@@ -127,6 +140,14 @@ async def prepare_chat(
     prompt = render_chat_prompt(  # 5
         body, resolved, tools.template_tools, allow_request_template=settings.allow_request_chat_template
     )
+    return ChatPrompt(body, resolved, tools, prompt)
+
+
+async def prepare_chat(
+    body: ChatCompletionRequest, context: RequestContext, catalog: ModelCatalog, settings: Settings
+) -> GenerationPlan:
+    rendered = await render_chat(body, catalog, settings)  # 1-5
+    body, resolved, tools, prompt = rendered.body, rendered.resolved, rendered.tools, rendered.prompt
     max_tokens, prompt_tokens = await plan_budget(  # 6
         chat_max_tokens(body),
         resolved.model,

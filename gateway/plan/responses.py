@@ -24,6 +24,7 @@ from gateway.config import Settings
 from gateway.core.generation_plan import GenerationPlan
 from gateway.errors import InvalidRequestError
 from gateway.models.catalog import ModelCatalog
+from gateway.plan.count import count_chat_prompt, default_model
 from gateway.plan.prepare import RequestContext, prepare_chat, session_key_of
 from gateway.plan.requests import SAMPLING_EXTRAS, ChatCompletionRequest
 from gateway.plan.responses_input import (
@@ -34,7 +35,7 @@ from gateway.plan.responses_input import (
     resolve_references,
     to_chat_messages,
 )
-from gateway.plan.responses_request import ResponsesRequest, TextConfig
+from gateway.plan.responses_request import InputTokensRequest, ResponsesRequest, TextConfig
 from gateway.store.base import ResponseStore
 
 TOOL_CHOICE_OPTIONS = ("auto", "none", "required")
@@ -61,6 +62,41 @@ class ResponsesPlan:
     """Whose response it is: the sha256 of the API key ("" when the gateway has no keys)."""
 
 
+@dataclass(frozen=True, slots=True)
+class ResponsesConversation:
+    """A Responses request as the chat request it means, and where its messages came from."""
+
+    chat: ChatCompletionRequest
+    origins: list[str]
+    """The Responses field each chat message came from (``input.N``, ``instructions``,
+    ``previous_response_id``): what a 400 about a message names."""
+    own_items: list[dict[str, Any]]
+    root: str
+    """The conversation's first response id (this one's, when it has no previous response)."""
+
+
+async def to_conversation(
+    body: ResponsesRequest, response_id: str, store: ResponseStore | None, owner: str, settings: Settings
+) -> ResponsesConversation:
+    """The conversation so far (instructions, the stored chain of ``previous_response_id``, the
+    input items) as one chat request: what a generation plans and what ``input_tokens`` counts."""
+    check_supported(body)
+    own_items = normalize_input(body.input, response_id)
+    chain = await load_chain(store, body.previous_response_id, owner, settings.max_messages)
+    history = history_items(chain)
+    own_items = await resolve_references(own_items, history, store, owner)
+    messages, sources = to_chat_messages(history + own_items)
+    if body.instructions is not None:
+        messages.insert(0, {"role": "system", "content": body.instructions})
+    if not messages:
+        raise InvalidRequestError("'input' must not be empty", param="input")
+    origins = ["instructions"] * (body.instructions is not None) + [
+        f"input.{source - len(history)}" if source >= len(history) else "previous_response_id" for source in sources
+    ]
+    root = chain[-1].id if chain else response_id
+    return ResponsesConversation(to_chat_request(body, messages), origins, own_items, root)
+
+
 async def prepare_response(
     body: ResponsesRequest,
     context: RequestContext,
@@ -69,28 +105,16 @@ async def prepare_response(
     store: ResponseStore | None,
     owner: str,
 ) -> ResponsesPlan:
-    check_supported(body)
     response_id = new_id("resp")
-    own_items = normalize_input(body.input, response_id)
-    chain = await load_chain(store, body.previous_response_id, owner, settings.max_messages)
-    history = history_items(chain)
-    own_items = await resolve_references(own_items, history, store, owner)
+    conversation = await to_conversation(body, response_id, store, owner, settings)
     # A conversation's turns share its root response's id as their session key, so a chain of
     # previous_response_id stays on one Triton replica without the client naming a session.
-    root = chain[-1].id if chain else response_id
-    session = session_key_of(context, body) or f"response:{root}"
+    session = session_key_of(context, body) or f"response:{conversation.root}"
     context = dataclasses.replace(context, session_key=session)
-    messages, sources = to_chat_messages(history + own_items)
-    if body.instructions is not None:
-        messages.insert(0, {"role": "system", "content": body.instructions})
-    origins = ["instructions"] * (body.instructions is not None) + [
-        f"input.{source - len(history)}" if source >= len(history) else "previous_response_id" for source in sources
-    ]
-    chat = to_chat_request(body, messages)
     try:
-        generation = await prepare_chat(chat, context, catalog, settings)
+        generation = await prepare_chat(conversation.chat, context, catalog, settings)
     except InvalidRequestError as exc:
-        exc.param = responses_param(exc.param, origins)
+        exc.param = responses_param(exc.param, conversation.origins)
         raise
     stored = body.store and store is not None
     created_at = int(time.time())
@@ -99,11 +123,25 @@ async def prepare_response(
         response_id=response_id,
         created_at=created_at,
         head=response_head(body, response_id, created_at, stored),
-        input_items=own_items,
+        input_items=conversation.own_items,
         previous_response_id=body.previous_response_id,
         store=stored,
         owner=owner,
     )
+
+
+async def count_input_tokens(
+    body: InputTokensRequest, catalog: ModelCatalog, settings: Settings, store: ResponseStore | None, owner: str
+) -> int:
+    """``POST /v1/responses/input_tokens``: the ``usage.input_tokens`` the same request would
+    report, counted without generating; refused as the request itself would be."""
+    request = body.as_responses_request(default_model(body.model, await catalog.models()))
+    conversation = await to_conversation(request, new_id("resp"), store, owner, settings)
+    try:
+        return await count_chat_prompt(conversation.chat, catalog, settings)
+    except InvalidRequestError as exc:
+        exc.param = responses_param(exc.param, conversation.origins)
+        raise
 
 
 def check_supported(body: ResponsesRequest) -> None:

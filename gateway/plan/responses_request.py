@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from gateway.plan.nullable import NullMeansDefault
 from gateway.plan.requests import ReasoningEffort, SamplingExtras
 
 _LENIENT = ConfigDict(extra="allow", populate_by_name=True)
@@ -97,3 +98,30 @@ class ResponsesRequest(SamplingExtras):
             if len(item) > METADATA_VALUE_CHARS:
                 raise ValueError(f"metadata values are at most {METADATA_VALUE_CHARS} characters, got {len(item)}")
         return value
+
+
+class InputTokensRequest(NullMeansDefault):
+    """``POST /v1/responses/input_tokens``: the fields of a Responses request that shape its input.
+    Planned as the ``ResponsesRequest`` they belong to (``as_responses_request``), so its count is
+    that request's ``usage.input_tokens``."""
+
+    model_config = _LENIENT
+    model: str | None = Field(default=None, min_length=1)
+    """Unset: the one model the gateway serves."""
+    input: str | list[dict[str, Any]] | None = None
+    instructions: str | None = None
+    tools: list[Any] | None = None
+    tool_choice: Any = None
+    parallel_tool_calls: bool | None = None
+    previous_response_id: str | None = Field(default=None, min_length=1)
+    conversation: Any = None
+    reasoning: Reasoning | None = None
+    text: TextConfig | None = None
+    truncation: Literal["auto", "disabled"] | None = None
+    personality: str | None = None
+    """A style preset of OpenAI's own models; these models have none, so it changes nothing."""
+
+    def as_responses_request(self, model: str) -> ResponsesRequest:
+        fields = {name: getattr(self, name) for name in self.model_fields_set if name in ResponsesRequest.model_fields}
+        fields.update(model=model, input=self.input if self.input is not None else [], store=False)
+        return ResponsesRequest.model_validate(fields)

@@ -7,6 +7,7 @@ import re
 import uuid
 from pathlib import Path
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -67,6 +68,22 @@ def test_missing_or_wrong_key_is_401_openai_shaped(locked: GatewayProcess, heade
 def test_configured_keys_are_accepted(locked: GatewayProcess, key: str) -> None:
     with openai.OpenAI(base_url=locked.url + "/v1", api_key=key, max_retries=0) as sdk:
         assert sdk.chat.completions.create(**CHAT).choices  # type: ignore[arg-type]
+
+
+def test_api_key_header_is_accepted_and_checked(locked: GatewayProcess) -> None:
+    """``x-api-key`` (Anthropic's SDKs) works on every route; errors on /v1/messages are Anthropic's."""
+    hello = [{"role": "user", "content": "hi"}]
+    with anthropic.Anthropic(base_url=locked.url, api_key="env-key", max_retries=0) as good:
+        assert good.messages.create(model=MODEL, max_tokens=2, messages=hello).usage.output_tokens >= 1  # type: ignore[arg-type]
+    with anthropic.Anthropic(base_url=locked.url, api_key="wrong", max_retries=0) as bad:
+        with pytest.raises(anthropic.AuthenticationError) as info:
+            bad.messages.create(model=MODEL, max_tokens=2, messages=hello)  # type: ignore[arg-type]
+    assert info.value.body["type"] == "error"  # type: ignore[index]
+    assert info.value.body["error"]["type"] == "authentication_error"  # type: ignore[index]
+    chat = locked.url + "/v1/chat/completions"
+    assert httpx.post(chat, json=CHAT, headers={"x-api-key": "env-key"}).status_code == 200
+    both = {"Authorization": "Bearer wrong", "x-api-key": "env-key"}  # Authorization wins
+    assert httpx.post(chat, json=CHAT, headers=both).status_code == 401
 
 
 def test_health_is_open_and_metrics_follow_the_setting(locked: GatewayProcess, gateway: GatewayProcess) -> None:

@@ -383,6 +383,11 @@ class RecordingSend:
     [
         ("/v1/chat/completions", chat(stream=True, max_tokens=3), b"data: [DONE]\n\n"),
         ("/v1/responses", {"model": "m", "input": "hi", "stream": True}, b"event: response.completed\n"),
+        (
+            "/v1/messages",
+            {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}], "stream": True},
+            b"event: message_stop\n",
+        ),
     ],
 )
 async def test_a_middleware_wrapping_send_sees_every_body_frame_of_a_stream(

@@ -1,5 +1,6 @@
 """Bad input, systematically: schemathesis over the gateway's own OpenAPI document for /v1/*, and
-hypothesis over raw request bodies. Whatever arrives: no 5xx, no hang, every error OpenAI-shaped.
+hypothesis over raw request bodies. Whatever arrives: no 5xx, no hang, every error OpenAI-shaped
+(Anthropic-shaped on Anthropic's ``/v1/messages`` paths).
 
 Runs in-process against an in-memory backend so that thousands of cases stay fast; the real
 Triton path is covered by tests/integration.
@@ -48,9 +49,13 @@ def examples(n: int) -> int:
     return max(1, int(n * SCALE))
 
 
-def assert_openai_shaped(status: int, body: bytes) -> None:
+def assert_openai_shaped(status: int, body: bytes, path: str = "") -> None:
     assert status < 500, body[:500]
-    if status >= 400:
+    if status >= 400 and (path == "/v1/messages" or path.startswith("/v1/messages/")):
+        payload = json.loads(body)
+        assert payload["type"] == "error" and set(payload["error"]) == {"type", "message"}, payload
+        assert isinstance(payload["error"]["message"], str) and payload["error"]["message"]
+    elif status >= 400:
         error = json.loads(body)["error"]
         assert set(error) == ERROR_KEYS, error
         assert isinstance(error["message"], str) and error["message"]
@@ -62,7 +67,7 @@ def test_openapi_cases_never_5xx_and_errors_are_openai_shaped(case: Any) -> None
     if isinstance(case.body, dict) and "model" in case.body:
         case.body["model"] = "m"  # a served model, so cases reach translation and the backend
     response = case.call()
-    assert_openai_shaped(response.status_code, response.content)
+    assert_openai_shaped(response.status_code, response.content, case.path)
 
 
 json_values = st.recursive(

@@ -108,7 +108,7 @@ async def test_missing_key_is_openais_401() -> None:
     app, inner = guarded()
     response = await get(app, "/v1/models")
     error = assert_openai_error(response, 401, "authentication_error", "invalid_api_key")
-    assert error["message"] == "Missing API key: send it as 'Authorization: Bearer <key>'."
+    assert error["message"] == "Missing API key: send it as 'Authorization: Bearer <key>' or 'x-api-key: <key>'."
     assert response.headers["www-authenticate"] == "Bearer"
     assert inner.calls == 0
 

@@ -1,5 +1,6 @@
-"""The Responses API: ``POST /v1/responses``, and the stored responses by id (retrieve, delete,
-list input items), each visible only to the API key that created it."""
+"""The Responses API: ``POST /v1/responses``, the stored responses by id (retrieve, delete,
+list input items), each visible only to the API key that created it, and the count of a
+request's input tokens."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from gateway.http.responses_answer import ResponsesAnswer
 from gateway.http.routes import log_unknown_fields
 from gateway.http.security import request_owner
 from gateway.openai.responses_encode import deleted_object, input_item_list
-from gateway.plan.responses import prepare_response
-from gateway.plan.responses_request import ResponsesRequest
+from gateway.openai.tokenize_encode import input_tokens_object
+from gateway.plan.responses import count_input_tokens, prepare_response
+from gateway.plan.responses_request import InputTokensRequest, ResponsesRequest
 from gateway.store.base import ResponseStore, StoredResponse
 
 router = APIRouter()
@@ -30,6 +32,16 @@ async def create_response(body: ResponsesRequest, request: Request, components: 
     plan = await prepare_response(body, context, components.catalog, components.settings, components.store, owner)
     answer = ResponsesAnswer(plan, components.store)
     return await respond(request, components.service, plan.generation, components.settings, answer)
+
+
+@router.post("/v1/responses/input_tokens")
+async def count_response_input_tokens(
+    body: InputTokensRequest, request: Request, components: ComponentsDep
+) -> JSONBytesResponse:
+    log_unknown_fields(body)
+    owner = request_owner(request.scope)
+    count = await count_input_tokens(body, components.catalog, components.settings, components.store, owner)
+    return JSONBytesResponse(input_tokens_object(count))
 
 
 @router.get("/v1/responses/{response_id}")

@@ -1,0 +1,71 @@
+"""Answering an Anthropic Messages request: its SSE events, or its message object.
+
+The generation is chat's (``http.answer.respond`` admits it, primes it and watches the client
+exactly as for chat, and ``http.streaming.StreamFrames`` frames it); this module only encodes it
+(``openai.messages_encode.MessageEncoder``). An error after the headers went out is one ``error``
+event with Anthropic's error body, and the stream ends.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.core.generate import Generation
+from gateway.errors import GatewayError, anthropic_error_body
+from gateway.http.sse import event_framing
+from gateway.openai.messages_encode import MessageEncoder, error_event
+from gateway.plan.messages import MessagesPlan
+
+
+class MessagesAnswer:
+    """The ``http.answer.Answer`` of ``POST /v1/messages``."""
+
+    __slots__ = ("plan",)
+
+    def __init__(self, plan: MessagesPlan) -> None:
+        self.plan = plan
+
+    def encoder(self) -> MessageEncoder:
+        return MessageEncoder(self.plan.message_id, self.plan.model, event_framing)
+
+    def encoding(self, generation: Generation) -> MessagesEncoding:
+        return MessagesEncoding(self.encoder(), generation)
+
+    async def complete(self, generation: Generation) -> dict[str, Any]:
+        encoder = self.encoder()
+        try:
+            async for events in generation:
+                encoder.events(events)
+        finally:
+            await generation.aclose()
+        _, message = encoder.closing(generation.finish_reasons[0], generation.stop_sequences[0], generation.usage)
+        return message
+
+
+class MessagesEncoding:
+    """A streamed message's events (its ``http.streaming.StreamEncoding``)."""
+
+    __slots__ = ("_generation", "_encoder", "step")
+
+    opens_early = False
+    """``message_start`` waits for the first step: it carries the prompt's token count."""
+
+    def __init__(self, encoder: MessageEncoder, generation: Generation) -> None:
+        self._generation = generation
+        self._encoder = encoder
+        self.step = encoder.events
+        """The per-token call, straight to the encoder."""
+
+    def opening(self) -> bytes:
+        return self._encoder.opening(self._generation.usage.prompt_tokens)
+
+    async def closing(self) -> bytes:
+        generation = self._generation
+        frames, _ = self._encoder.closing(generation.finish_reasons[0], generation.stop_sequences[0], generation.usage)
+        return frames
+
+    async def failure(self, error: GatewayError) -> bytes:
+        return error_event(anthropic_error_body(error), event_framing)
+
+    async def cut_off(self) -> None:
+        pass

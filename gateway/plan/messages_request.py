@@ -1,0 +1,68 @@
+"""Anthropic's Messages API request (``POST /v1/messages``, ``/v1/messages/count_tokens``), with
+Anthropic's names. No backend imports.
+
+Validated once at the edge, like the chat request. The top-level fields are typed here; the
+content blocks of ``system`` and ``messages``, ``tools`` and ``tool_choice`` stay plain JSON and are
+read block by block in ``plan/messages.py``, which names the exact offending field
+(``messages.1.content.0.type``) where a union of models would report every member's mismatch.
+Unknown fields are ignored, as on chat; ``null`` means unset (``nullable.NullMeansDefault``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gateway.plan.nullable import NullMeansDefault
+
+_LENIENT = ConfigDict(extra="allow", populate_by_name=True)
+
+MIN_THINKING_BUDGET = 1024
+"""Anthropic's smallest ``thinking.budget_tokens``."""
+
+
+class AnthropicMessage(BaseModel):
+    """One turn: a string, or a list of content blocks (``text``, ``image``, ``tool_use``,
+    ``tool_result``, ``thinking``)."""
+
+    model_config = _LENIENT
+    role: Literal["user", "assistant"]
+    content: str | list[dict[str, Any]]
+
+
+class Thinking(BaseModel):
+    """``{"type": "enabled", "budget_tokens": N}`` or ``{"type": "disabled"}``."""
+
+    model_config = _LENIENT
+    type: Literal["enabled", "disabled"]
+    budget_tokens: int | None = None
+
+
+class Metadata(NullMeansDefault):
+    model_config = _LENIENT
+    user_id: str | None = Field(default=None, max_length=256)
+
+
+class MessagesCountRequest(NullMeansDefault):
+    """``POST /v1/messages/count_tokens``: what shapes the prompt, without the sampling."""
+
+    model_config = _LENIENT
+    model: str = Field(min_length=1)
+    messages: list[AnthropicMessage] = Field(min_length=1)
+    system: str | list[dict[str, Any]] | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: dict[str, Any] | None = None
+    thinking: Thinking | None = None
+
+
+class MessagesRequest(MessagesCountRequest):
+    """``POST /v1/messages``. ``top_k`` is vLLM's sampling field of the same name."""
+
+    max_tokens: int = Field(ge=1)
+    stop_sequences: list[str] | None = None
+    temperature: float | None = Field(default=None, ge=0.0, le=1.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    top_k: int | None = Field(default=None, ge=-1)
+    metadata: Metadata | None = None
+    stream: bool = False
