@@ -91,6 +91,7 @@ def to_chat_request(body: TokenizeRequest, model_id: str, messages: list[ChatMes
         add_generation_prompt=body.add_generation_prompt,
         continue_final_message=body.continue_final_message,
         tools=body.tools,
+        tool_choice=body.tool_choice,
         chat_template=body.chat_template,
         chat_template_kwargs=body.chat_template_kwargs,
         documents=body.documents,
