@@ -299,7 +299,7 @@ class Settings(BaseSettings):
 
     api_keys: str | None = None
     """Comma-separated API keys; when any key is configured (here or in ``api_key_file``),
-    ``/v1/*`` requires ``Authorization: Bearer <key>``."""
+    ``/v1/*``, ``/tokenize`` and ``/detokenize`` require ``Authorization: Bearer <key>``."""
 
     api_key_file: Path | None = None
     """File with one API key per line (blank lines and ``#`` comments ignored)."""
