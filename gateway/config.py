@@ -299,7 +299,8 @@ class Settings(BaseSettings):
 
     api_keys: str | None = None
     """Comma-separated API keys; when any key is configured (here or in ``api_key_file``),
-    ``/v1/*`` requires ``Authorization: Bearer <key>`` (or ``x-api-key: <key>``, as Anthropic's SDKs send it)."""
+    ``/v1/*``, ``/tokenize`` and ``/detokenize`` require ``Authorization: Bearer <key>`` (or ``x-api-key: <key>``,
+    as Anthropic's SDKs send it)."""
 
     api_key_file: Path | None = None
     """File with one API key per line (blank lines and ``#`` comments ignored)."""

@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 from gateway.models.token_bound import TokenBound, spec_parts, token_bound, tokenizer_spec
 
 _T = TypeVar("_T")
+_A = TypeVar("_A")
 
 INLINE_MAX_CHARS = 1024
 """Prompts up to this many characters are counted on the calling thread: ~0.15 ms with tiny-llm's
@@ -168,15 +169,16 @@ class TokenCounter:
 
     async def count(self, count: Callable[[str], int], prompt: str) -> int:
         """``count(prompt)``, in place for a short prompt, else on a pool thread."""
-        return await self.run(count, prompt)
+        return await self.run(count, prompt, len(prompt))
 
-    async def run(self, work: Callable[[str], _T], prompt: str) -> _T:
-        """Any tokenizer work on ``prompt`` (ids for ``/tokenize``), placed as ``count`` is."""
-        if len(prompt) <= INLINE_MAX_CHARS:
-            return work(prompt)
+    async def run(self, work: Callable[[_A], _T], argument: _A, chars: int) -> _T:
+        """Any tokenizer work (the ids of ``/tokenize``, the text of ``/detokenize``), placed as
+        ``count`` is by ``chars``, the length of the text it reads or writes."""
+        if chars <= INLINE_MAX_CHARS:
+            return work(argument)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=self._threads, thread_name_prefix="gateway-tokenize")
-        return await asyncio.get_running_loop().run_in_executor(self._pool, work, prompt)
+        return await asyncio.get_running_loop().run_in_executor(self._pool, work, argument)
 
     def close(self) -> None:
         """Stop the threads; counts still queued are cancelled (their requests are gone)."""

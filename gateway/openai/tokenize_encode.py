@@ -8,11 +8,13 @@ from gateway.plan.tokenize import Tokenized
 
 
 def tokenize_object(result: Tokenized) -> dict[str, Any]:
-    """vLLM's ``TokenizeResponse``: ``token_strs`` only when asked for."""
-    body: dict[str, Any] = {"count": len(result.tokens), "max_model_len": result.max_model_len, "tokens": result.tokens}
-    if result.token_strs is not None:
-        body["token_strs"] = result.token_strs
-    return body
+    """vLLM's ``TokenizeResponse``, ``token_strs`` null unless asked for (vLLM writes it so)."""
+    return {
+        "count": len(result.tokens),
+        "max_model_len": result.max_model_len,
+        "tokens": result.tokens,
+        "token_strs": result.token_strs,
+    }
 
 
 def detokenize_object(text: str) -> dict[str, Any]:

@@ -8,8 +8,8 @@ stages (``prepare.render_chat``: checks, model, tools as the template sees them,
 One departure from vLLM, for that equality: ``add_special_tokens`` for ``messages`` defaults to
 what the generation does, and a generation's prompt reaches the backend as text, which Triton's
 vLLM backend tokenizes with the tokenizer's special tokens added (vLLM's own chat path leaves them
-out, hence its default of false there). For models whose tokenizer adds none (tiny-llm, Qwen,
-Mistral's HF tokenizers) the two defaults give the same ids; sent explicitly, it is obeyed.
+out, hence its default of false there). For models whose tokenizer adds none (tiny-llm, Qwen)
+the two defaults give the same ids; sent explicitly, it is obeyed.
 
 A prompt longer than the model's context is tokenized all the same (vLLM does so too): the count
 tells the client by how much it is over. ``max_model_len`` is null when the model's files do not
@@ -31,6 +31,9 @@ from gateway.plan.prepare import render_chat
 from gateway.plan.requests import ChatCompletionRequest, ChatMessage
 from gateway.plan.tokenize_request import DetokenizeRequest, TokenizeRequest
 
+CHARS_PER_TOKEN = 4
+"""About how much text a token decodes to: where decoding moves off the event loop (``TokenCounter.run``)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Tokenized:
@@ -45,8 +48,8 @@ async def tokenize(body: TokenizeRequest, catalog: ModelCatalog, settings: Setti
     model_id = default_model(body.model, models)
     if (body.prompt is None) == (body.messages is None):
         raise InvalidRequestError(
-            "Send either 'prompt' (text, as /v1/completions takes it) or 'messages' (as /v1/chat/completions "
-            "takes them), not both.",
+            "Send exactly one of 'prompt' (text, as /v1/completions takes it) and 'messages' (as "
+            "/v1/chat/completions takes them).",
             param="messages" if body.messages is not None else "prompt",
         )
     if body.messages == []:
@@ -58,7 +61,7 @@ async def tokenize(body: TokenizeRequest, catalog: ModelCatalog, settings: Setti
         model, prompt = resolve_model(model_id, models, settings.lora_separator).model, body.prompt or ""
     check_countable(model, prompt, settings)
     add_special_tokens = body.add_special_tokens is not False
-    ids = await catalog.counter.run(partial(encode, model.tokenizer, add_special_tokens), prompt)
+    ids = await catalog.counter.run(partial(encode, model.tokenizer, add_special_tokens), prompt, len(prompt))
     strs = [model.tokenizer.id_to_token(i) for i in ids] if body.return_token_strs else None
     return Tokenized(ids, strs, model.max_model_len)
 
@@ -72,14 +75,19 @@ async def detokenize(body: DetokenizeRequest, catalog: ModelCatalog, settings: S
     for index, token in enumerate(body.tokens):
         if token >= vocab:
             raise InvalidRequestError(f"Token id {token} is out of vocabulary", param=f"tokens.{index}")
-    text: str = model.tokenizer.decode(body.tokens, skip_special_tokens=False)
-    return text
+    return await catalog.counter.run(partial(decode, model.tokenizer), body.tokens, CHARS_PER_TOKEN * len(body.tokens))
 
 
 def encode(tokenizer: Any, add_special_tokens: bool, prompt: str) -> list[int]:
     """The prompt's ids, through ``encode_batch_fast`` as counts are made (without the GIL)."""
     ids: list[int] = tokenizer.encode_batch_fast([prompt], add_special_tokens=add_special_tokens)[0].ids
     return ids
+
+
+def decode(tokenizer: Any, tokens: list[int]) -> str:
+    """The ids' text, through ``decode_batch`` (without the GIL, where ``decode`` holds it)."""
+    texts: list[str] = tokenizer.decode_batch([tokens], skip_special_tokens=False)
+    return texts[0]
 
 
 def to_chat_request(body: TokenizeRequest, model_id: str, messages: list[ChatMessage]) -> ChatCompletionRequest:
@@ -91,6 +99,7 @@ def to_chat_request(body: TokenizeRequest, model_id: str, messages: list[ChatMes
         add_generation_prompt=body.add_generation_prompt,
         continue_final_message=body.continue_final_message,
         tools=body.tools,
+        tool_choice=body.tool_choice,
         chat_template=body.chat_template,
         chat_template_kwargs=body.chat_template_kwargs,
         documents=body.documents,

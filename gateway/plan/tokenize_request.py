@@ -33,6 +33,8 @@ class TokenizeRequest(NullMeansDefault):
     add_generation_prompt: bool = True
     continue_final_message: bool = False
     tools: list[dict[str, Any]] | None = None
+    tool_choice: Any = None
+    """Not in vLLM's body: as chat's, so a count can be of a chat with a forced or no tool choice."""
     chat_template: str | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     documents: list[dict[str, str]] | None = None

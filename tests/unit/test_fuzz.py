@@ -1,6 +1,6 @@
-"""Bad input, systematically: schemathesis over the gateway's own OpenAPI document for /v1/*, and
-hypothesis over raw request bodies. Whatever arrives: no 5xx, no hang, every error OpenAI-shaped
-(Anthropic-shaped on Anthropic's ``/v1/messages`` paths).
+"""Bad input, systematically: schemathesis over the gateway's own OpenAPI document for /v1/*,
+/tokenize and /detokenize, and hypothesis over raw request bodies. Whatever arrives: no 5xx, no
+hang, every error OpenAI-shaped (Anthropic-shaped on Anthropic's ``/v1/messages`` paths).
 
 Runs in-process against an in-memory backend so that thousands of cases stay fast; the real
 Triton path is covered by tests/integration.
@@ -61,7 +61,7 @@ def assert_openai_shaped(status: int, body: bytes, path: str = "") -> None:
         assert isinstance(error["message"], str) and error["message"]
 
 
-@schema.include(path_regex="^/v1/").parametrize()
+@schema.include(path_regex="^/(v1/|tokenize|detokenize)").parametrize()
 @settings(max_examples=examples(30), deadline=None, suppress_health_check=list(HealthCheck))
 def test_openapi_cases_never_5xx_and_errors_are_openai_shaped(case: Any) -> None:
     if isinstance(case.body, dict) and "model" in case.body:

@@ -44,7 +44,8 @@ def ids(text: str) -> list[int]:
 async def test_a_prompt_is_tokenized_in_vllms_shape(tmp_path: Path) -> None:
     answer = await post(tmp_path, "/tokenize", {"model": "m", "prompt": "hello world"})
     assert answer.status_code == 200
-    assert answer.json() == {"count": len(ids("hello world")), "max_model_len": 64, "tokens": ids("hello world")}
+    tokens = ids("hello world")
+    assert answer.json() == {"count": len(tokens), "max_model_len": 64, "tokens": tokens, "token_strs": None}
 
 
 async def test_messages_are_tokenized_as_the_template_renders_them(tmp_path: Path) -> None:
@@ -141,3 +142,11 @@ async def test_input_tokens_refusals_are_the_requests_own(
 async def test_counting_routes_need_the_api_key(tmp_path: Path, path: str) -> None:
     answer = await post(tmp_path, path, {"model": "m", "prompt": "hi", "tokens": [1], "input": "hi"}, api_keys="k")
     assert answer.status_code == 401
+
+
+async def test_a_long_prompt_over_the_context_is_tokenized_and_decoded_back_off_the_loop(tmp_path: Path) -> None:
+    prompt = "Once upon a time, " * 500  # past INLINE_MAX_CHARS both ways, and past max_model_len 64
+    answer = (await post(tmp_path, "/tokenize", {"model": "m", "prompt": prompt})).json()
+    assert answer["tokens"] == ids(prompt) and answer["count"] > answer["max_model_len"]
+    back = await post(tmp_path, "/detokenize", {"model": "m", "tokens": answer["tokens"]})
+    assert back.json() == {"prompt": prompt}
