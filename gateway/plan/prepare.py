@@ -27,12 +27,14 @@ from typing import Protocol
 from gateway.backend.types import GenerationRequest
 from gateway.config import Settings
 from gateway.core.generation_plan import GenerationPlan, ReasoningPlan, ToolPlan
+from gateway.images.fetch import ImageFetcher
 from gateway.models.catalog import ModelCatalog
 from gateway.models.resolve import ResolvedModel, resolve_model
 from gateway.plan.budget import plan_budget
 from gateway.plan.chat import chat_echo, chat_max_tokens, render_chat_prompt
 from gateway.plan.completions import check_completion_options, completion_prompts
 from gateway.plan.extras import check_extras
+from gateway.plan.images import load_images
 from gateway.plan.limits import check_chat_limits, check_sampling_limits
 from gateway.plan.reasoning import needs_special_tokens, plan_reasoning
 from gateway.plan.requests import ChatCompletionRequest, CompletionRequest, SamplingFields
@@ -115,13 +117,19 @@ def _plan(
 
 
 async def prepare_chat(
-    body: ChatCompletionRequest, context: RequestContext, catalog: ModelCatalog, settings: Settings
+    body: ChatCompletionRequest,
+    context: RequestContext,
+    catalog: ModelCatalog,
+    settings: Settings,
+    images: ImageFetcher | None = None,
 ) -> GenerationPlan:
+    """``images``: what fetches ``http(s)`` image URLs (None: only ``data:`` URLs are taken)."""
     body = from_legacy_functions(body)  # 1
     check_chat_limits(body, max_n=settings.max_n, max_messages=settings.max_messages)
     check_extras(body)
     resolved = resolve_model(body.model, await catalog.models(), settings.lora_separator)  # 2
     check_request(body, resolved.model, settings)  # 3
+    loaded = await load_images(body, resolved.model, settings, images)  # the images, checked
     tools: ToolsDecision = plan_tools(body, resolved.model) if body.tools else NO_TOOLS  # 4
     prompt = render_chat_prompt(  # 5
         body, resolved, tools.template_tools, allow_request_template=settings.allow_request_chat_template
@@ -151,6 +159,7 @@ async def prepare_chat(
         keep_special_tokens=(tools.plan is not None and PARSERS[tools.plan.parser].needs_special_tokens)
         or needs_special_tokens(reasoning),
         stream_tokens=reasoning is not None,
+        images=loaded,
     )
     return _plan(  # 8
         body,
