@@ -8,7 +8,6 @@ an engine error. Pure apart from Pillow; CPU-bound, so planning runs it off the 
 from __future__ import annotations
 
 import io
-import warnings
 from dataclasses import dataclass
 
 from PIL import Image, UnidentifiedImageError
@@ -40,32 +39,26 @@ def check_image(data: bytes, rules: ImageRules, param: str) -> CheckedImage:
     """``data`` as an image the rules allow, or an ``InvalidRequestError`` naming ``param``."""
     if len(data) > rules.max_bytes:
         raise InvalidRequestError(f"the image is {len(data)} bytes; at most {rules.max_bytes} are allowed", param=param)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+    try:
+        image = Image.open(io.BytesIO(data))  # reads the header only
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):  # Pillow's own guard
+        raise InvalidRequestError(
+            f"the image declares too many pixels; at most {rules.max_pixels} are allowed", param=param
+        ) from None
+    except (UnidentifiedImageError, OSError, ValueError):
+        raise InvalidRequestError("the content is not an image in a format the gateway reads", param=param) from None
+    with image:
+        kind = (image.format or "").upper()
+        if kind not in rules.formats:
+            allowed = ", ".join(sorted(rules.formats))
+            raise InvalidRequestError(f"images in {kind or 'this'} format are not allowed; use {allowed}", param=param)
+        width, height = image.size
+        if width * height > rules.max_pixels:
+            raise InvalidRequestError(
+                f"the image is {width}x{height} pixels; at most {rules.max_pixels} pixels are allowed", param=param
+            )
         try:
-            image = Image.open(io.BytesIO(data))  # reads the header only
-        except Image.DecompressionBombError:  # Pillow's own guard, far above any sane cap
-            raise InvalidRequestError(
-                f"the image declares too many pixels; at most {rules.max_pixels} are allowed", param=param
-            ) from None
-        except (UnidentifiedImageError, OSError, ValueError):
-            raise InvalidRequestError(
-                "the content is not an image in a format the gateway reads", param=param
-            ) from None
-        with image:
-            kind = (image.format or "").upper()
-            if kind not in rules.formats:
-                allowed = ", ".join(sorted(rules.formats))
-                raise InvalidRequestError(
-                    f"images in {kind or 'this'} format are not allowed; use {allowed}", param=param
-                )
-            width, height = image.size
-            if width * height > rules.max_pixels:
-                raise InvalidRequestError(
-                    f"the image is {width}x{height} pixels; at most {rules.max_pixels} pixels are allowed", param=param
-                )
-            try:
-                image.load()
-            except (OSError, ValueError, SyntaxError) as exc:
-                raise InvalidRequestError(f"the image cannot be decoded: {exc}", param=param) from None
+            image.load()
+        except (OSError, ValueError, SyntaxError) as exc:
+            raise InvalidRequestError(f"the image cannot be decoded: {exc}", param=param) from None
     return CheckedImage(data, kind, width, height)
