@@ -6,7 +6,8 @@ stage one call into the module that owns it, none calling back into an earlier o
 1. check the body alone (``limits``: the gateway's own caps on ``n``, messages, options; chat's
    deprecated ``functions`` read as ``tools``; ``extras``: vLLM's extras that cannot be honoured);
 2. resolve the model and adapter (``models.resolve``, on the catalog's snapshot);
-3. check the body against the model (``validate``: what vLLM would refuse);
+3. check the body against the model (``validate``: what vLLM would refuse), then load and check
+   its images (``images``: data URLs, allowed fetches; chat only);
 4. tools (``tools``: what ``tools``/``tool_choice`` do to the prompt, the sampling, the reading);
 5. render the prompt(s) (``chat``: the chat template; ``completions``: the prompt list);
 6. budget each prompt (``budget``: prompt limits, token count when it matters, ``max_tokens``);
