@@ -129,8 +129,10 @@ class ModelFiles(BaseModel):
     """Whether the model takes images (``image_url`` parts, sent as Triton's ``image`` input).
     Unset: when Triton's config for the model declares an ``image`` input."""
     image_placeholder: str = "<image>"
-    """What stands for each image in the prompt when the chat template takes text content (the
-    model's own image token, e.g. ``<image>`` for LLaVA, ``<|image_pad|>`` wrapped for Qwen2-VL)."""
+    """What stands for each image in the prompt when the chat template takes text content: the
+    model's own image token (``<image>`` for LLaVA; what vLLM's model class calls its placeholder),
+    put in front of the message's text once per image, as vLLM's server does. ``""``: none (a
+    model whose processor places the image itself, as BLIP-2's)."""
     chat_template_content_format: Literal["auto", "string", "openai"] = "auto"
     """How a message with images reaches the chat template (vLLM's names): ``openai``, a list of
     parts (``{"type": "text", ...}``, ``{"type": "image"}``) for templates that loop over content;

@@ -25,31 +25,41 @@ def message_text(message: ChatMessage, index: int) -> str | None:
 
 def message_content(message: ChatMessage, index: int, model: ServedModel | None) -> str | list[dict[str, Any]] | None:
     """A message's content as its chat template takes it. Text parts are joined with newlines (as
-    vLLM does); an image (checked before, ``plan/images.py``) becomes ``{"type": "image"}`` in a
-    list of parts for a template that loops over content, else the model's placeholder text in
-    its place."""
+    vLLM does). With images (checked before, ``plan/images.py``): a list of parts, each image a
+    ``{"type": "image"}``, for a template that loops over content; else the text with the model's
+    placeholder once per image in front, one per line, as vLLM's server writes it (placeholders
+    the text already holds count as placed; an empty placeholder adds none: the model's processor
+    places the image itself)."""
     content = message.content
     if content is None or isinstance(content, str):
         return content
     texts: list[str] = []
     parts: list[dict[str, Any]] = []
-    has_image = False
+    images = 0
     for position, part in enumerate(content):
         if isinstance(part, TextContentPart):
             texts.append(part.text)
             parts.append({"type": "text", "text": part.text})
         elif part.type == IMAGE_PART and model is not None and model.vision:
-            has_image = True
-            texts.append(model.image_placeholder)
+            images += 1
             parts.append({"type": "image"})
         else:
             raise InvalidRequestError(
                 f"content parts of type '{part.type}' are not supported by this model",
                 param=f"messages.{index}.content.{position}",
             )
-    if has_image and model is not None and model.image_parts:
+    text = "\n".join(texts)
+    if not images or model is None:
+        return text
+    if model.image_parts:
         return parts
-    return "\n".join(texts)
+    placeholder = model.image_placeholder
+    missing = images - text.count(placeholder) if placeholder else 0
+    if missing < 0:
+        raise InvalidRequestError(
+            f"the text holds more '{placeholder}' placeholders than the message has images", param=f"messages.{index}"
+        )
+    return "\n".join([placeholder] * missing + ([text] if text else []))
 
 
 def to_template_messages(request: ChatCompletionRequest, model: ServedModel | None = None) -> list[dict[str, Any]]:

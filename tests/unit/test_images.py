@@ -164,8 +164,16 @@ def test_load_images_refuses_urls_it_cannot_take(url: str, words: str) -> None:
 
 def test_a_text_template_gets_the_placeholder_where_each_image_was() -> None:
     model = ServedModel(name="m", vision=True, image_placeholder="<img>")
-    messages = to_template_messages(body(image(b""), TEXT, image(b"")), model)
-    assert messages[0]["content"] == "<img>\nwhat is it?\n<img>"
+    messages = to_template_messages(body(TEXT, image(b""), image(b"")), model)
+    assert messages[0]["content"] == "<img>\n<img>\nwhat is it?"  # in front, as vLLM's server
+    placed = {"type": "text", "text": "compare <img> with"}
+    assert (
+        to_template_messages(body(placed, image(b""), image(b"")), model)[0]["content"] == "<img>\ncompare <img> with"
+    )
+    with pytest.raises(InvalidRequestError, match="more '<img>' placeholders"):
+        to_template_messages(body({"type": "text", "text": "<img><img>"}, image(b"")), model)
+    silent = ServedModel(name="m", vision=True, image_placeholder="")
+    assert to_template_messages(body(TEXT, image(b"")), silent)[0]["content"] == "what is it?"
 
 
 def test_a_template_that_loops_over_content_gets_image_parts() -> None:
