@@ -50,7 +50,7 @@ async def load_images(
     found = find_images(body)
     if not found:
         return ()
-    if not model.vision:
+    if not model.vision or model.trtllm:  # an ensemble's contract has no image tensor to carry them
         raise InvalidRequestError(
             f"the model '{model.name}' does not take images (no 'image' input in its Triton config; "
             "model_files' vision setting)",
