@@ -10,6 +10,7 @@ import struct
 import zlib
 from typing import Any
 
+import httpx
 import pytest
 from PIL import Image
 from tritonclient.grpc import service_pb2
@@ -236,3 +237,17 @@ def test_settings_split_comma_lists() -> None:
     settings = Settings(image_formats="png, jpeg", image_fetch_hosts="Images.Example.com,*.cdn.net")
     assert settings.image_formats == ["PNG", "JPEG"]
     assert settings.image_fetch_hosts == ["images.example.com", "*.cdn.net"]
+
+
+def test_the_connection_goes_to_the_checked_address_under_the_urls_name() -> None:
+    async def go() -> tuple[httpx.URL, dict[str, str], dict[str, str]]:
+        fetcher = ImageFetcher(FetchRules(hosts=("localhost",), allow_private=True))
+        try:
+            return await fetcher._pin(httpx.URL("https://localhost:8443/a.png?x=1"), "p")
+        finally:
+            await fetcher.aclose()
+
+    pinned, headers, extensions = asyncio.run(go())
+    assert pinned.host in {"127.0.0.1", "::1"} and pinned.port == 8443 and pinned.raw_path == b"/a.png?x=1"
+    assert headers == {"Host": "localhost:8443"}
+    assert extensions == {"sni_hostname": "localhost"}  # TLS: SNI and the certificate check use the name
