@@ -141,7 +141,7 @@ def _normalize_part(role: str, part: Any, where: str) -> dict[str, Any]:
     if kind == "input_image":
         return _image_part(part, where)
     raise InvalidRequestError(
-        f"content parts of type {kind!r} are not supported: this model takes text only", param=f"{where}.type"
+        f"content parts of type {kind!r} are not supported: send text and images", param=f"{where}.type"
     )
 
 
@@ -152,7 +152,7 @@ def _image_part(part: dict[str, Any], where: str) -> dict[str, Any]:
     if not isinstance(url, str) or not url:
         missing = "file_id images are not supported" if part.get("file_id") else "an input_image needs an 'image_url'"
         raise InvalidRequestError(f"{missing}; send the image as a data: or http(s) URL", param=f"{where}.image_url")
-    return {"type": "input_image", "image_url": url, "detail": part.get("detail") or "auto"}
+    return {"type": "input_image", "image_url": url, "detail": part.get("detail") or "auto", "file_id": None}
 
 
 def _text_part(role: str, text: str) -> dict[str, Any]:
