@@ -251,3 +251,29 @@ def test_the_connection_goes_to_the_checked_address_under_the_urls_name() -> Non
     assert pinned.host in {"127.0.0.1", "::1"} and pinned.port == 8443 and pinned.raw_path == b"/a.png?x=1"
     assert headers == {"Host": "localhost:8443"}
     assert extensions == {"sni_hostname": "localhost"}  # TLS: SNI and the certificate check use the name
+
+
+def test_a_host_that_never_answers_costs_the_timeout_and_no_more() -> None:
+    async def go() -> float:
+        async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.read(1)  # holds the connection open, answers nothing
+            await asyncio.sleep(5)
+            writer.close()
+
+        server = await asyncio.start_server(silent, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        fetcher = ImageFetcher(FetchRules(hosts=("127.0.0.1",), allow_private=True, timeout=0.3, concurrency=1))
+        started = asyncio.get_running_loop().time()
+        try:
+            results = await asyncio.gather(
+                *(fetcher.fetch(f"http://127.0.0.1:{port}/{i}.png", f"p{i}") for i in range(2)), return_exceptions=True
+            )
+        finally:
+            await fetcher.aclose()
+            server.close()
+        for index, result in enumerate(results):  # the second waited for the only slot, within its timeout
+            assert isinstance(result, InvalidRequestError) and "longer than 0.3 s" in result.message
+            assert result.param == f"p{index}"
+        return asyncio.get_running_loop().time() - started
+
+    assert asyncio.run(go()) < 2.0
