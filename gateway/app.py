@@ -34,6 +34,7 @@ from gateway.http.rejections import RejectionCountMiddleware
 from gateway.http.request_id import RequestIdMiddleware
 from gateway.http.routes import chat, completions, health, messages, metrics, models, responses, tokenize
 from gateway.http.security import ApiKeyMiddleware, BodySizeLimitMiddleware
+from gateway.images.fetch import FetchRules, ImageFetcher
 from gateway.metrics import Metrics
 from gateway.models.catalog import ModelCatalog
 from gateway.models.files import ModelFileSources
@@ -67,6 +68,21 @@ def triton_replicas(settings: Settings) -> ReplicaPool:
     return ReplicaPool(settings.triton_endpoints, connect, router, resolve_interval=settings.triton_resolve_interval)
 
 
+def image_fetcher(settings: Settings) -> ImageFetcher | None:
+    """The fetcher of ``http(s)`` image URLs, when the settings allow any host."""
+    if not settings.image_fetch_hosts:
+        return None
+    rules = FetchRules(
+        hosts=tuple(settings.image_fetch_hosts),
+        max_bytes=settings.image_max_bytes,
+        timeout=settings.image_fetch_timeout,
+        max_redirects=settings.image_fetch_max_redirects,
+        allow_private=settings.image_fetch_allow_private,
+        concurrency=settings.image_fetch_concurrency,
+    )
+    return ImageFetcher(rules)
+
+
 def create_app(settings: Settings, backend: Backend | None = None) -> FastAPI:
     """Build the app. ``backend`` defaults to the Triton replicas of ``settings.triton_url``."""
     pool = triton_replicas(settings) if backend is None else None
@@ -86,6 +102,7 @@ def create_app(settings: Settings, backend: Backend | None = None) -> FastAPI:
         pool.observer = the_metrics
     service = CompletionService(the_backend, admission, the_metrics, log_requests=settings.log_requests)
     store = open_store(settings)
+    images = image_fetcher(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -114,9 +131,11 @@ def create_app(settings: Settings, backend: Backend | None = None) -> FastAPI:
             await the_backend.close()
             if store is not None:
                 await store.close()
+            if images is not None:
+                await images.aclose()
 
     app = FastAPI(title="triton-openai-gateway", version="0.1.0", lifespan=lifespan)
-    components = Components(settings, the_backend, catalog, the_metrics, service, store)
+    components = Components(settings, the_backend, catalog, the_metrics, service, store, images)
     app.state.components = components
     install_error_handlers(app)
     app.include_router(health.router)

@@ -8,6 +8,7 @@ a ``Settings`` by hand and know it sees everything.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -124,6 +125,19 @@ class ModelFiles(BaseModel):
     exclude_tools_when_tool_choice_none: bool = False
     """Whether ``tool_choice: "none"`` leaves the tools out of the prompt. False, as vLLM's
     default: the model still sees what it could call, but nothing it says is parsed as a call."""
+    vision: bool | None = None
+    """Whether the model takes images (``image_url`` parts, sent as Triton's ``image`` input).
+    Unset: when Triton's config for the model declares an ``image`` input."""
+    image_placeholder: str = "<image>"
+    """What stands for each image in the prompt when the chat template takes text content: the
+    model's own image token (``<image>`` for LLaVA; what vLLM's model class calls its placeholder),
+    put in front of the message's text once per image, as vLLM's server does. ``""``: none (a
+    model whose processor places the image itself, as BLIP-2's)."""
+    chat_template_content_format: Literal["auto", "string", "openai"] = "auto"
+    """How a message with images reaches the chat template (vLLM's names): ``openai``, a list of
+    parts (``{"type": "text", ...}``, ``{"type": "image"}``) for templates that loop over content;
+    ``string``, the text with ``image_placeholder`` where each image was. ``auto``: ``openai`` when
+    the template loops over a message's content, else ``string``."""
 
     @field_validator("tool_call_parser")
     @classmethod
@@ -325,6 +339,36 @@ class Settings(BaseSettings):
     template is code the gateway runs for the client (sandboxed, but its cost is the client's to
     choose); off, such a request gets 400 naming ``chat_template``."""
 
+    max_images_per_request: int = Field(default=8, ge=0)
+    """Most images in one chat or Responses request (0: images are refused)."""
+
+    image_max_bytes: int = Field(default=10 * 1024 * 1024, ge=1)
+    """Largest image, in bytes once decoded from its data URL or fetched."""
+
+    image_max_pixels: int = Field(default=4096 * 4096, ge=1)
+    """Most pixels (width × height) in one image, read from its header before its pixels are
+    decoded, so a small file declaring a huge canvas (a decompression bomb) costs nothing."""
+
+    image_formats: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["PNG", "JPEG", "WEBP", "GIF"])
+    """Image formats accepted, told by the file's header (Pillow's names, comma-separated)."""
+
+    image_fetch_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """Hosts an ``http(s)`` image URL may name, comma-separated (``*.example.com``: its
+    subdomains). Empty (default): image URLs are refused and only ``data:`` URLs are taken."""
+
+    image_fetch_allow_private: bool = False
+    """Let image fetches reach private, loopback and link-local addresses (an allowed host's name
+    is resolved and each address checked; the connection goes to the checked address)."""
+
+    image_fetch_timeout: float = Field(default=10.0, gt=0.0)
+    """Seconds one image fetch may take in all: the wait for a slot, redirects, the body."""
+
+    image_fetch_max_redirects: int = Field(default=3, ge=0)
+    """Redirects an image fetch follows, each target checked like the first URL."""
+
+    image_fetch_concurrency: int = Field(default=8, ge=1)
+    """Image fetches running at once per gateway process; others wait (within the timeout)."""
+
     max_prompt_chars: int = Field(default=1_000_000, ge=1)
     """Longest prompt (rendered chat or legacy prompt), in characters."""
 
@@ -425,6 +469,25 @@ class Settings(BaseSettings):
         if isinstance(value, (str, Path)):
             return [Path(p.strip()) for p in str(value).split(",") if p.strip()]
         return value
+
+    @field_validator("image_formats", "image_fetch_hosts", mode="before")
+    @classmethod
+    def _split_names(cls, value: object) -> object:
+        if isinstance(value, str) and value.strip().startswith("["):
+            return json.loads(value)
+        if isinstance(value, str):
+            return [name.strip() for name in value.split(",") if name.strip()]
+        return value
+
+    @field_validator("image_formats")
+    @classmethod
+    def _upper_formats(cls, value: list[str]) -> list[str]:
+        return [name.upper() for name in value]
+
+    @field_validator("image_fetch_hosts")
+    @classmethod
+    def _lower_hosts(cls, value: list[str]) -> list[str]:
+        return [name.lower().rstrip(".") for name in value]
 
     @field_validator("triton_url")
     @classmethod

@@ -28,6 +28,9 @@ class GenerationRequest:
     inputs: frozenset[str] = frozenset()
     """The model's declared input tensors: they pick the contract (vLLM backend or TensorRT-LLM
     ensemble) and, for an ensemble, which fields it can take."""
+    images: tuple[str, ...] = ()
+    """Base64 image files, checked by planning, in the order the prompt refers to them: Triton's
+    vLLM backend takes them as its ``image`` input."""
     session_key: str | None = None
     """What ties the request to earlier ones (a conversation): requests with one key go to one
     replica, where its prefix is cached. None: the prompt's prefix, or load, decides."""

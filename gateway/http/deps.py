@@ -22,6 +22,7 @@ from gateway.config import Settings
 from gateway.core.service import CompletionService
 from gateway.errors import InvalidRequestError
 from gateway.http.request_id import request_id_of
+from gateway.images.fetch import ImageFetcher
 from gateway.metrics import Metrics
 from gateway.models.catalog import ModelCatalog
 from gateway.plan.prepare import RequestContext
@@ -41,6 +42,8 @@ class Components:
     service: CompletionService
     store: ResponseStore | None = None
     """Stored responses (the Responses API); None when storing is turned off."""
+    images: ImageFetcher | None = None
+    """What fetches ``http(s)`` image URLs; None when no host is allowed (``image_fetch_hosts``)."""
 
 
 async def get_components(request: Request) -> Components:

@@ -63,6 +63,14 @@ class ServedModel:
     else detected from the chat template; None: the output is all answer."""
     structured_outputs_after_reasoning: bool = False
     """The backend applies structured outputs after the reasoning (``model_files``)."""
+    vision: bool = False
+    """The model takes images: ``model_files``' ``vision``, else an ``image`` input in Triton's config."""
+    image_placeholder: str = "<image>"
+    """What stands for an image in a text prompt (``model_files``)."""
+    image_parts: bool = False
+    """Messages with images reach the chat template as lists of parts (``{"type": "image"}``),
+    not as text with ``image_placeholder`` (``model_files``' ``chat_template_content_format``,
+    else whether the template loops over content)."""
     created: int = field(default_factory=lambda: int(time.time()))
 
     @property
@@ -70,6 +78,13 @@ class ServedModel:
         """A TensorRT-LLM ensemble (told by its inputs): it reports no prompt token count and
         cannot enforce a JSON schema, which planning must know without reading backend contracts."""
         return is_trtllm(self.inputs)
+
+
+def _image_parts(override: ModelFiles | None, template: ChatTemplate | None) -> bool:
+    content_format = override.chat_template_content_format if override is not None else "auto"
+    if content_format == "auto":
+        return template is not None and template.loops_over_content
+    return content_format == "openai"
 
 
 class ModelCatalog:
@@ -183,6 +198,9 @@ class ModelCatalog:
             exclude_tools_when_none=override is not None and override.exclude_tools_when_tool_choice_none,
             reasoning_parser=reasoning_parser,
             structured_outputs_after_reasoning=override is not None and override.structured_outputs_after_reasoning,
+            vision=override.vision if override is not None and override.vision is not None else "image" in model.inputs,
+            image_placeholder=override.image_placeholder if override is not None else "<image>",
+            image_parts=_image_parts(override, template),
             created=previous.created if previous else int(time.time()),
         )
 

@@ -98,6 +98,9 @@ class ChatTemplate:
         # loading, so the template gets a plain dict of the same globals.
         template.globals = dict(template.globals)
         self._template = template
+        self.loops_over_content = _loops_over_content(source)
+        """The template iterates a message's ``content`` (HF multimodal style): a message with
+        images reaches it as a list of parts, ``{"type": "image"}`` where each image was."""
         self._special_tokens = dict(special_tokens or {})
 
     @classmethod
@@ -164,6 +167,28 @@ class ChatTemplate:
         except jinja2.TemplateError as exc:
             raise InvalidRequestError(f"the chat template failed on these messages: {exc}", param="messages") from exc
         return _cut_at_marker(rendered) if continue_final_message else rendered
+
+
+def _loops_over_content(source: str) -> bool:
+    """Whether a ``{% for ... in <x>['content'] %}`` (or ``<x>.content``) is in the template, as
+    vLLM's ``auto`` content format detects it: such a template takes content as a list of parts."""
+    try:
+        tree = _environment().parse(source)
+    except jinja2.TemplateSyntaxError:
+        return False
+    for loop in tree.find_all(jinja2.nodes.For):
+        target = loop.iter
+        while isinstance(target, jinja2.nodes.Filter) and target.node is not None:
+            target = target.node
+        if isinstance(target, jinja2.nodes.Getattr) and target.attr == "content":
+            return True
+        if (
+            isinstance(target, jinja2.nodes.Getitem)
+            and isinstance(target.arg, jinja2.nodes.Const)
+            and target.arg.value == "content"
+        ):
+            return True
+    return False
 
 
 _CONTINUE_MARKER = "\u241fgateway-continue\u241f "

@@ -9,31 +9,63 @@ import json
 from typing import Any
 
 from gateway.errors import InvalidRequestError
+from gateway.models.catalog import ServedModel
 from gateway.models.resolve import ResolvedModel
 from gateway.models.templates import ChatTemplate
+from gateway.plan.images import IMAGE_PART
 from gateway.plan.requests import ChatCompletionRequest, ChatMessage, TextContentPart
 
 
 def message_text(message: ChatMessage, index: int) -> str | None:
     """A message's content as one string: text parts joined with newlines (as vLLM does)."""
+    content = message_content(message, index, None)
+    assert not isinstance(content, list)  # a list only comes with images, refused without a model
+    return content
+
+
+def message_content(message: ChatMessage, index: int, model: ServedModel | None) -> str | list[dict[str, Any]] | None:
+    """A message's content as its chat template takes it. Text parts are joined with newlines (as
+    vLLM does). With images (checked before, ``plan/images.py``): a list of parts, each image a
+    ``{"type": "image"}``, for a template that loops over content; else the text with the model's
+    placeholder once per image in front, one per line, as vLLM's server writes it (placeholders
+    the text already holds count as placed; an empty placeholder adds none: the model's processor
+    places the image itself)."""
     content = message.content
     if content is None or isinstance(content, str):
         return content
-    texts = []
-    for part in content:
-        if not isinstance(part, TextContentPart):
+    texts: list[str] = []
+    parts: list[dict[str, Any]] = []
+    images = 0
+    for position, part in enumerate(content):
+        if isinstance(part, TextContentPart):
+            texts.append(part.text)
+            parts.append({"type": "text", "text": part.text})
+        elif part.type == IMAGE_PART and model is not None and model.vision:
+            images += 1
+            parts.append({"type": "image"})
+        else:
             raise InvalidRequestError(
-                f"content parts of type '{part.type}' are not supported: this model takes text only",
-                param=f"messages.{index}.content",
+                f"content parts of type '{part.type}' are not supported by this model",
+                param=f"messages.{index}.content.{position}",
             )
-        texts.append(part.text)
-    return "\n".join(texts)
+    text = "\n".join(texts)
+    if not images or model is None:
+        return text
+    if model.image_parts:
+        return parts
+    placeholder = model.image_placeholder
+    missing = images - text.count(placeholder) if placeholder else 0
+    if missing < 0:
+        raise InvalidRequestError(
+            f"the text holds more '{placeholder}' placeholders than the message has images", param=f"messages.{index}"
+        )
+    return "\n".join([placeholder] * missing + ([text] if text else []))
 
 
-def to_template_messages(request: ChatCompletionRequest) -> list[dict[str, Any]]:
+def to_template_messages(request: ChatCompletionRequest, model: ServedModel | None = None) -> list[dict[str, Any]]:
     messages = []
     for index, message in enumerate(request.messages):
-        item: dict[str, Any] = {"role": message.role, "content": message_text(message, index)}
+        item: dict[str, Any] = {"role": message.role, "content": message_content(message, index, model)}
         if message.name is not None:
             item["name"] = message.name
         if message.tool_calls is not None:
@@ -65,7 +97,7 @@ def render_chat_prompt(
             param="model",
         )
     return template.render(
-        to_template_messages(request),
+        to_template_messages(request, resolved.model),
         add_generation_prompt=request.add_generation_prompt,
         tools=tools,
         extra=template_kwargs(request),

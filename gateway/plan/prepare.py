@@ -6,7 +6,8 @@ stage one call into the module that owns it, none calling back into an earlier o
 1. check the body alone (``limits``: the gateway's own caps on ``n``, messages, options; chat's
    deprecated ``functions`` read as ``tools``; ``extras``: vLLM's extras that cannot be honoured);
 2. resolve the model and adapter (``models.resolve``, on the catalog's snapshot);
-3. check the body against the model (``validate``: what vLLM would refuse);
+3. check the body against the model (``validate``: what vLLM would refuse), then load and check
+   its images (``images``: data URLs, allowed fetches; chat only);
 4. tools (``tools``: what ``tools``/``tool_choice`` do to the prompt, the sampling, the reading);
 5. render the prompt(s) (``chat``: the chat template; ``completions``: the prompt list);
 6. budget each prompt (``budget``: prompt limits, token count when it matters, ``max_tokens``);
@@ -27,12 +28,14 @@ from typing import Protocol
 from gateway.backend.types import GenerationRequest
 from gateway.config import Settings
 from gateway.core.generation_plan import GenerationPlan, ReasoningPlan, ToolPlan
+from gateway.images.fetch import ImageFetcher
 from gateway.models.catalog import ModelCatalog
 from gateway.models.resolve import ResolvedModel, resolve_model
 from gateway.plan.budget import plan_budget
 from gateway.plan.chat import chat_echo, chat_max_tokens, render_chat_prompt
 from gateway.plan.completions import check_completion_options, completion_prompts
 from gateway.plan.extras import check_extras
+from gateway.plan.images import image_parts, load_images
 from gateway.plan.limits import check_chat_limits, check_sampling_limits
 from gateway.plan.reasoning import needs_special_tokens, plan_reasoning
 from gateway.plan.requests import ChatCompletionRequest, CompletionRequest, SamplingFields
@@ -136,6 +139,7 @@ async def render_chat(body: ChatCompletionRequest, catalog: ModelCatalog, settin
     check_extras(body)
     resolved = resolve_model(body.model, await catalog.models(), settings.lora_separator)  # 2
     check_request(body, resolved.model, settings)  # 3
+    image_parts(body, resolved.model, settings)  # images only where the model takes them
     tools: ToolsDecision = plan_tools(body, resolved.model) if body.tools else NO_TOOLS  # 4
     prompt = render_chat_prompt(  # 5
         body, resolved, tools.template_tools, allow_request_template=settings.allow_request_chat_template
@@ -144,10 +148,16 @@ async def render_chat(body: ChatCompletionRequest, catalog: ModelCatalog, settin
 
 
 async def prepare_chat(
-    body: ChatCompletionRequest, context: RequestContext, catalog: ModelCatalog, settings: Settings
+    body: ChatCompletionRequest,
+    context: RequestContext,
+    catalog: ModelCatalog,
+    settings: Settings,
+    images: ImageFetcher | None = None,
 ) -> GenerationPlan:
+    """``images``: what fetches ``http(s)`` image URLs (None: only ``data:`` URLs are taken)."""
     rendered = await render_chat(body, catalog, settings)  # 1-5
     body, resolved, tools, prompt = rendered.body, rendered.resolved, rendered.tools, rendered.prompt
+    loaded = await load_images(body, resolved.model, settings, images)  # each image read and checked
     max_tokens, prompt_tokens = await plan_budget(  # 6
         chat_max_tokens(body),
         resolved.model,
@@ -173,6 +183,7 @@ async def prepare_chat(
         keep_special_tokens=(tools.plan is not None and PARSERS[tools.plan.parser].needs_special_tokens)
         or needs_special_tokens(reasoning),
         stream_tokens=reasoning is not None,
+        images=loaded,
     )
     return _plan(  # 8
         body,

@@ -23,6 +23,7 @@ from typing import Any
 from gateway.config import Settings
 from gateway.core.generation_plan import GenerationPlan
 from gateway.errors import InvalidRequestError
+from gateway.images.fetch import ImageFetcher
 from gateway.models.catalog import ModelCatalog
 from gateway.plan.count import count_chat_prompt, default_model
 from gateway.plan.prepare import RequestContext, prepare_chat, session_key_of
@@ -104,6 +105,7 @@ async def prepare_response(
     settings: Settings,
     store: ResponseStore | None,
     owner: str,
+    images: ImageFetcher | None = None,
 ) -> ResponsesPlan:
     response_id = new_id("resp")
     conversation = await to_conversation(body, response_id, store, owner, settings)
@@ -112,7 +114,7 @@ async def prepare_response(
     session = session_key_of(context, body) or f"response:{conversation.root}"
     context = dataclasses.replace(context, session_key=session)
     try:
-        generation = await prepare_chat(conversation.chat, context, catalog, settings)
+        generation = await prepare_chat(conversation.chat, context, catalog, settings, images)
     except InvalidRequestError as exc:
         exc.param = responses_param(exc.param, conversation.origins)
         raise
@@ -271,7 +273,13 @@ def responses_param(param: str | None, origins: list[str]) -> str | None:
         return None
     if param == "messages" or param.startswith("messages."):
         index = param.split(".")[1] if "." in param else ""
-        return origins[int(index)] if index.isdigit() and int(index) < len(origins) else "input"
+        if not index.isdigit() or int(index) >= len(origins):
+            return "input"
+        origin, rest = origins[int(index)], param.split(".", 2)[2:]
+        # A part of an item's content keeps its place: a message with images keeps its parts.
+        if origin.startswith("input.") and rest and rest[0].startswith("content."):
+            return f"{origin}.{rest[0]}"
+        return origin
     for pattern, replacement in _PARAMS:
         if pattern.match(param):
             return pattern.sub(replacement, param).rstrip(".")

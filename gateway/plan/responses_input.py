@@ -138,9 +138,21 @@ def _normalize_part(role: str, part: Any, where: str) -> dict[str, Any]:
         return _text_part(role, text)
     if kind == "refusal" and isinstance(part.get("refusal"), str):
         return {"type": "refusal", "refusal": part["refusal"]}
+    if kind == "input_image":
+        return _image_part(part, where)
     raise InvalidRequestError(
-        f"content parts of type {kind!r} are not supported: this model takes text only", param=f"{where}.type"
+        f"content parts of type {kind!r} are not supported: send text and images", param=f"{where}.type"
     )
+
+
+def _image_part(part: dict[str, Any], where: str) -> dict[str, Any]:
+    """OpenAI's ``input_image``: an ``image_url`` (a data: or http(s) URL); a ``file_id`` names
+    the Files API, which the gateway does not have."""
+    url = part.get("image_url")
+    if not isinstance(url, str) or not url:
+        missing = "file_id images are not supported" if part.get("file_id") else "an input_image needs an 'image_url'"
+        raise InvalidRequestError(f"{missing}; send the image as a data: or http(s) URL", param=f"{where}.image_url")
+    return {"type": "input_image", "image_url": url, "detail": part.get("detail") or "auto", "file_id": None}
 
 
 def _text_part(role: str, text: str) -> dict[str, Any]:
@@ -282,12 +294,25 @@ def to_chat_messages(items: list[dict[str, Any]]) -> tuple[list[dict[str, Any]],
         elif kind == "function_call_output":
             message = {"role": "tool", "tool_call_id": item["call_id"], "content": item["output"]}
         else:
-            message = {"role": item["role"], "content": _joined_text(item["content"])}
+            message = {"role": item["role"], "content": _message_content(item["content"])}
         if reasoning is not None and message["role"] == "assistant":
             message["reasoning"], reasoning = reasoning, None
         messages.append(message)
         sources.append(position)
     return messages, sources
+
+
+def _message_content(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
+    """A message's parts as chat content: the joined text, or, with an image among them, chat's
+    parts one for one (so a refusal names the item's own part)."""
+    if not any(part["type"] == "input_image" for part in parts):
+        return _joined_text(parts)
+    return [
+        {"type": "image_url", "image_url": {"url": part["image_url"]}}
+        if part["type"] == "input_image"
+        else {"type": "text", "text": part["text"] if "text" in part else part.get("refusal", "")}
+        for part in parts
+    ]
 
 
 def _joined_text(parts: list[dict[str, Any]]) -> str:

@@ -125,6 +125,7 @@ def to_generation_requests(
     tool_schema: Mapping[str, Any] | None = None,
     keep_special_tokens: bool = False,
     stream_tokens: bool = False,
+    images: tuple[str, ...] = (),
 ) -> list[GenerationRequest]:
     """The backend requests for one prompt: one single-sequence request per choice (``request_ids``
     holds one id per choice, ``n`` in all). ``stream_tokens``: ask the backend for a response per
@@ -152,6 +153,7 @@ def to_generation_requests(
             return_logprobs=logprobs is not None,
             deadline=deadline,
             inputs=resolved.model.inputs,
+            images=images,
             session_key=session_key,
             placement=Placement(),
         )

@@ -337,16 +337,15 @@ def test_message_roles_and_text_parts(client: openai.OpenAI) -> None:
     assert reply.choices[0].finish_reason in {"stop", "length"}
 
 
-def test_image_parts_are_a_clear_400(client: openai.OpenAI) -> None:
+def test_audio_parts_are_a_clear_400(client: openai.OpenAI) -> None:
+    audio = {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}
     with pytest.raises(openai.BadRequestError) as info:
         client.chat.completions.create(
             model=MODEL,
             max_tokens=2,
-            messages=[
-                {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}
-            ],
+            messages=[{"role": "user", "content": [{"type": "text", "text": "hear"}, audio]}],  # type: ignore[list-item]
         )
-    assert info.value.body["param"] == "messages.0.content"  # type: ignore[index]
+    assert info.value.body["param"] == "messages.0.content.1"  # type: ignore[index]
 
 
 def test_response_format_json_object_is_enforced(client: openai.OpenAI) -> None:

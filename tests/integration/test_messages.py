@@ -4,6 +4,7 @@ Anthropic's shape, and a client leaving mid-stream."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ import pytest
 
 from gateway.triton_launcher import TritonServer
 from tests.integration.conftest import MODEL, GatewayProcess, read_metric, start_gateway, stop_gateway, wait_for
+from tests.integration.test_images import line_of, png
 from tests.integration.test_tool_calls import ECHO, WEATHER
 
 SCRIPTED = "scripted"
@@ -286,6 +288,22 @@ def test_an_image_for_a_text_only_model_is_a_400_naming_the_turn(sdk: anthropic.
         sdk.messages.create(model=SCRIPTED, max_tokens=5, messages=user([image, {"type": "text", "text": "?"}]))  # type: ignore[arg-type]
     message = info.value.body["error"]["message"]  # type: ignore[index]
     assert message.startswith("messages.0: ") and "image" in message
+
+
+def test_image_blocks_reach_a_vision_model_pixel_exact(sdk: anthropic.Anthropic) -> None:
+    """An Anthropic base64 image block becomes chat's image part: tiny-llm (which takes images)
+    says the exact pixels it received before its answer, streamed as whole."""
+    data = png(5, 4, seed=3)
+    image = {
+        "type": "image",
+        "source": {"type": "base64", "media_type": "image/png", "data": base64.b64encode(data).decode()},
+    }
+    messages = user([image, {"type": "text", "text": "What is this?"}])
+    message = sdk.messages.create(model=MODEL, max_tokens=4, messages=messages)  # type: ignore[arg-type]
+    assert message.content[0].type == "text" and message.content[0].text.startswith(line_of(data) + "\n")
+    with sdk.messages.stream(model=MODEL, max_tokens=4, messages=messages) as stream:  # type: ignore[arg-type]
+        streamed = "".join(stream.text_stream)
+    assert streamed.startswith(line_of(data) + "\n")
 
 
 def test_budget_below_anthropics_minimum_is_a_400(gateway: GatewayProcess) -> None:

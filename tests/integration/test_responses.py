@@ -441,7 +441,7 @@ def test_bad_requests_are_400s_naming_the_field(client: openai.OpenAI) -> None:
         ({"tools": [{"type": "web_search"}]}, "tools.0.type"),
         ({"background": True}, "background"),
         (
-            {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
+            {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "x"}]}]},
             "input.0.content.0.type",
         ),
     ]

@@ -110,6 +110,7 @@ def test_config_pbtxt_declares_the_contract() -> None:
     names = re.findall(r'name: "(\w+)"', text)
     assert names == [
         "text_input",
+        "image",
         "stream",
         "sampling_parameters",
         "exclude_input_in_output",
@@ -125,4 +126,4 @@ def test_config_pbtxt_declares_the_contract() -> None:
         LOGPROBS,
         CUMULATIVE_LOGPROB,
     ]
-    assert text.count("optional: true") == 8
+    assert text.count("optional: true") == 9

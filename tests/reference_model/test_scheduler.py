@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import base64
+import dataclasses
+import hashlib
+import io
 import json
 import threading
 from collections.abc import Iterator
@@ -10,6 +14,7 @@ import numpy as np
 import pytest
 from contract import FINISH_REASON, NUM_INPUT_TOKENS, NUM_OUTPUT_TOKENS, TEXT_OUTPUT, RawRequest
 from engine import TinyLlmEngine
+from PIL import Image
 from scheduler import SHUTDOWN_MESSAGE, Scheduler
 
 PROMPT = b"<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
@@ -189,3 +194,29 @@ def test_shutdown_answers_running_requests_with_an_error(engine: TinyLlmEngine, 
     wait(sink)
     assert sink.errors == [SHUTDOWN_MESSAGE]
     assert metrics.in_flight == 0
+
+
+def _png_base64(width: int, height: int, color: tuple[int, int, int]) -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", (width, height), color).save(out, format="PNG")
+    return base64.b64encode(out.getvalue())
+
+
+def test_images_are_said_before_the_answer_one_line_each(scheduler: Scheduler) -> None:
+    images = (_png_base64(2, 3, (1, 2, 3)), _png_base64(4, 1, (9, 9, 9)))
+    plain = submit(scheduler, request(max_tokens=4, seed=3))
+    seen = submit(scheduler, dataclasses.replace(request(max_tokens=4, seed=3), images=images))
+    whole = submit(scheduler, dataclasses.replace(request(stream=False, max_tokens=4, seed=3), images=images))
+    wait(plain, seen, whole)
+    first = hashlib.sha256(bytes((1, 2, 3)) * 6).hexdigest()[:16]
+    second = hashlib.sha256(bytes((9, 9, 9)) * 4).hexdigest()[:16]
+    lines = f"[image 2x3 {first}]\n[image 4x1 {second}]\n".encode()
+    assert seen.text() == lines + plain.text()
+    assert whole.text() == seen.text()
+    assert sum(int(o[NUM_OUTPUT_TOKENS][0]) for o, _ in seen.responses) == 4  # the lines are no tokens
+
+
+def test_an_element_that_is_not_an_image_is_an_error(scheduler: Scheduler) -> None:
+    sink = submit(scheduler, dataclasses.replace(request(max_tokens=2), images=(base64.b64encode(b"text"),)))
+    wait(sink)
+    assert sink.errors and "'image' element 0" in sink.errors[0]

@@ -247,7 +247,7 @@ async def test_a_chain_renders_history_and_the_store_serves_it(tmp_path: Path) -
         ({"reasoning": {"effort": "extreme"}}, "reasoning.effort"),
         ({"tools": [{"type": "web_search"}]}, "tools.0.type"),
         (
-            {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
+            {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "x"}]}]},
             "input.0.content.0.type",
         ),
         ({"input": [{"type": "reasoning", "summary": "no"}]}, "input.0.summary"),

@@ -28,6 +28,7 @@ RETURN_FINISH_REASON = "return_finish_reason"
 RETURN_NUM_INPUT_TOKENS = "return_num_input_tokens"
 RETURN_NUM_OUTPUT_TOKENS = "return_num_output_tokens"
 RETURN_LOGPROBS = "return_logprobs"
+IMAGE = "image"
 TEXT_OUTPUT = "text_output"
 FINISH_REASON = "finish_reason"
 NUM_INPUT_TOKENS = "num_input_tokens"
@@ -50,6 +51,11 @@ def build_infer_request(request: GenerationRequest) -> Any:
         flags.append(RETURN_LOGPROBS)
     for flag in flags:
         add_tensor(infer, flag, "BOOL", [1], _bool(True))
+    if request.images:
+        # The backend's own shape: BYTES [-1], one base64 file per element (``utils/request.py``
+        # decodes each with ``b64decode`` and opens it with Pillow).
+        images = b"".join(pack_bytes(image.encode("ascii")) for image in request.images)
+        add_tensor(infer, IMAGE, "BYTES", [len(request.images)], images)
     return infer
 
 
@@ -95,7 +101,10 @@ def infer_request_bytes(request: GenerationRequest) -> bytes:
     the sampling parameters; the rest (the inputs' descriptors, the flags) is made once by
     protobuf itself. The pieces are laid out in field-number order with proto3's rules (an empty
     string left out, every element of a repeated field written), which is how protobuf
-    serializes this message: a property test holds the bytes to ``SerializeToString``'s."""
+    serializes this message: a property test holds the bytes to ``SerializeToString``'s. A request
+    with images is rare and large (their encoding dominates): protobuf builds it."""
+    if request.images:
+        return bytes(build_infer_request(request).SerializeToString())
     descriptors, flags = _DESCRIPTORS[request.return_logprobs]
     model = request.model.encode("utf-8")
     request_id = request.request_id.encode("utf-8")

@@ -23,5 +23,5 @@ async def create_chat_completion(
 ) -> Response:
     log_unknown_fields(body)
     context = request_context(request, components.settings)
-    plan = await prepare_chat(body, context, components.catalog, components.settings)
+    plan = await prepare_chat(body, context, components.catalog, components.settings, components.images)
     return await respond(request, components.service, plan, components.settings)

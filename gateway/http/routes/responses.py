@@ -29,7 +29,9 @@ async def create_response(body: ResponsesRequest, request: Request, components: 
     log_unknown_fields(body)
     context = request_context(request, components.settings)
     owner = request_owner(request.scope)
-    plan = await prepare_response(body, context, components.catalog, components.settings, components.store, owner)
+    plan = await prepare_response(
+        body, context, components.catalog, components.settings, components.store, owner, components.images
+    )
     answer = ResponsesAnswer(plan, components.store)
     return await respond(request, components.service, plan.generation, components.settings, answer)
 

@@ -6,15 +6,20 @@ are unit-tested without Triton; model.py only wraps these arrays in ``pb_utils.T
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import io
 import json
 from dataclasses import dataclass
 
 import numpy as np
 from generator import SequenceDelta
+from PIL import Image
 
 TEXT_INPUT = "text_input"
 STREAM = "stream"
 SAMPLING_PARAMETERS = "sampling_parameters"
+IMAGE = "image"
 EXCLUDE_INPUT_IN_OUTPUT = "exclude_input_in_output"
 RETURN_FINISH_REASON = "return_finish_reason"
 RETURN_NUM_INPUT_TOKENS = "return_num_input_tokens"
@@ -56,6 +61,8 @@ class RawRequest:
     return_num_output_tokens: bool | None = None
     return_logprobs: bool | None = None
     return_cumulative_logprob: bool | None = None
+    images: tuple[bytes, ...] = ()
+    """The ``image`` input's elements: base64 image files, as the vLLM backend takes them."""
 
     def prompt(self) -> str:
         """The prompt as text; vLLM takes a str prompt, so non-UTF-8 bytes are a client error."""
@@ -65,6 +72,22 @@ class RawRequest:
             return self.text_input.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise RequestError(f"input '{TEXT_INPUT}' is not valid UTF-8: {exc}") from None
+
+
+def image_lines(images: tuple[bytes, ...]) -> bytes:
+    """One line ``[image <width>x<height> <sha256 of the RGB pixels, 16 hex>]`` per image, decoded
+    as the vLLM backend decodes them (base64, Pillow, ``convert("RGB")``): the model says them
+    before its answer, so a test can tell exactly which pixels arrived, in which order."""
+    lines = []
+    for position, encoded in enumerate(images):
+        try:
+            with Image.open(io.BytesIO(base64.b64decode(encoded, validate=True))) as image:
+                rgb = image.convert("RGB")
+        except Exception as exc:  # noqa: BLE001 - any undecodable element is the client's error
+            raise RequestError(f"input '{IMAGE}' element {position} is not a base64 image: {exc}") from None
+        digest = hashlib.sha256(rgb.tobytes()).hexdigest()[:16]
+        lines.append(f"[image {rgb.width}x{rgb.height} {digest}]\n".encode())
+    return b"".join(lines)
 
 
 @dataclass(frozen=True)

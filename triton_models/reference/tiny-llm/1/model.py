@@ -23,7 +23,7 @@ if str(_HERE) not in sys.path:
     sys.path.insert(0, str(_HERE))
 
 import triton_python_backend_utils as pb_utils  # noqa: E402
-from contract import BOOL_INPUTS, SAMPLING_PARAMETERS, TEXT_INPUT, RawRequest  # noqa: E402
+from contract import BOOL_INPUTS, IMAGE, SAMPLING_PARAMETERS, TEXT_INPUT, RawRequest  # noqa: E402
 from engine import TinyLlmEngine  # noqa: E402
 from model_config import load_model_config  # noqa: E402
 from scheduler import Scheduler  # noqa: E402
@@ -42,8 +42,12 @@ def _first(request: Any, name: str) -> Any:
 def read_request(request: Any) -> RawRequest:
     """The request's tensors as plain Python values (BYTES elements arrive as ``bytes``)."""
     flags = {name: (None if (value := _first(request, name)) is None else bool(value)) for name in BOOL_INPUTS}
+    images = pb_utils.get_input_tensor_by_name(request, IMAGE)
     return RawRequest(
-        text_input=_first(request, TEXT_INPUT), sampling_parameters=_first(request, SAMPLING_PARAMETERS), **flags
+        text_input=_first(request, TEXT_INPUT),
+        sampling_parameters=_first(request, SAMPLING_PARAMETERS),
+        images=tuple(images.as_numpy().reshape(-1)) if images is not None else (),
+        **flags,
     )
 
 

@@ -14,6 +14,7 @@ whose work stopped because the client cancelled (before or during generation).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import threading
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
-from contract import OutputOptions, RawRequest, RequestError, build_outputs
+from contract import OutputOptions, RawRequest, RequestError, build_outputs, image_lines
 from engine import TinyLlmEngine
 from generator import Generation, PromptTooLongError, SequenceDelta, merge_deltas
 from grammar import GrammarError
@@ -71,6 +72,8 @@ class Job:
     stream: bool
     options: OutputOptions
     prefix: bytes = b""
+    preamble: bytes = b""
+    """Said before the first token of every sequence: one line per image (``image_lines``)."""
     accumulated: list[SequenceDelta | None] = field(default_factory=list)
 
     @property
@@ -91,6 +94,7 @@ def prepare_job(raw: RawRequest, engine: TinyLlmEngine, sink: ResponseSink) -> J
         params = parse_sampling_parameters(raw.sampling_parameters, limits)
         prompt_ids = engine.tokenize(prompt)
         generation = Generation(engine, prompt_ids, params)
+        preamble = image_lines(raw.images) if raw.images else b""
     except (RequestError, SamplingParamsError, PromptTooLongError, GrammarError) as exc:
         raise InvalidRequestError(str(exc)) from None
     stream = bool(raw.stream)
@@ -103,6 +107,7 @@ def prepare_job(raw: RawRequest, engine: TinyLlmEngine, sink: ResponseSink) -> J
         stream=stream,
         options=OutputOptions.from_request(raw),
         prefix=(raw.text_input or b"") if echo else b"",
+        preamble=preamble,
         accumulated=[None] * params.n,
     )
 
@@ -198,6 +203,9 @@ class Scheduler:
             message = f"Error generating stream: {exc}"
             self._safely(job, lambda: job.sink.send_error(message))
             return
+        if job.preamble:
+            deltas = [dataclasses.replace(delta, text=job.preamble + delta.text) for delta in deltas]
+            job.preamble = b""
         final = job.generation.finished
         if job.stream:
             outputs = build_outputs(deltas, job.options, job.num_input_tokens)
