@@ -17,6 +17,7 @@ from gateway.core.generation_plan import GenerationPlan
 from gateway.core.outcome import RequestOutcome
 from gateway.errors import GatewayError, ShuttingDownError
 from gateway.metrics import Metrics
+from gateway.tracing import QUEUE
 
 
 class CompletionService:
@@ -36,18 +37,27 @@ class CompletionService:
     def try_admit(self, plan: GenerationPlan, outcome: RequestOutcome) -> Ticket | None:
         """A slot at once when one is free (no task, no wait), else None: then ``admit``."""
         self._refuse_if_draining(outcome)
-        return self.admission.try_acquire(plan.model, plan.adapter)
+        ticket = self.admission.try_acquire(plan.model, plan.adapter)
+        trace = outcome.trace
+        if ticket is not None and trace is not None:
+            now = time.perf_counter()
+            trace.phase(QUEUE, now, now)
+        return ticket
 
     async def admit(self, plan: GenerationPlan, outcome: RequestOutcome) -> Ticket:
         """Wait for a slot on the model (429 when the queue is full or the wait times out, 504
         when the request's deadline passes first)."""
         self._refuse_if_draining(outcome)
         remaining = None if plan.deadline is None else plan.deadline - time.monotonic()
+        started = time.perf_counter()
         try:
             return await self.admission.acquire(plan.model, plan.adapter, remaining)
         except (asyncio.CancelledError, GatewayError) as exc:
             outcome.fail(exc)
             raise
+        finally:
+            if outcome.trace is not None:
+                outcome.trace.phase(QUEUE, started)
 
     def generate(self, plan: GenerationPlan, ticket: Ticket, outcome: RequestOutcome) -> Generation:
         """Start the backend's work for an admitted request; the ``Generation`` owns the ticket."""

@@ -20,6 +20,7 @@ from starlette.requests import Request
 from gateway.errors import GatewayError, InvalidRequestError, error_body
 from gateway.http.json_response import JSONBytesResponse
 from gateway.http.sse import data_frame
+from gateway.tracing import current_trace
 
 logger = logging.getLogger(__name__)
 
@@ -30,13 +31,22 @@ class ClientDisconnected(Exception):
 
 def error_response(error: GatewayError) -> JSONBytesResponse:
     """The JSON answer to a request that failed before any of its body was sent."""
+    _traced(error)
     return JSONBytesResponse(error_body(error), status_code=error.status_code, headers=error.headers)
 
 
 def error_event(error: GatewayError) -> bytes:
     """The SSE event that ends a stream which failed after its headers were sent (no ``[DONE]``
     follows: the openai SDK raises ``APIError`` on it)."""
+    _traced(error)
     return data_frame(orjson.dumps(error_body(error)))
+
+
+def _traced(error: GatewayError) -> None:
+    """The request's span (tracing on) says how it failed: both answers of an error pass here."""
+    trace = current_trace.get()
+    if trace is not None:
+        trace.failed(error.error_type, error.status_code, error.message)
 
 
 def is_json(content_type: str | None) -> bool:

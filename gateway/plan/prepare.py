@@ -40,6 +40,7 @@ from gateway.plan.sampling import stop_list, structured_outputs, to_generation_r
 from gateway.plan.tools import NO_TOOLS, ToolsDecision, from_legacy_functions, plan_tools
 from gateway.plan.validate import check_request
 from gateway.tools.registry import PARSERS
+from gateway.tracing import PREPARE, current_trace
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +118,7 @@ def _plan(
 async def prepare_chat(
     body: ChatCompletionRequest, context: RequestContext, catalog: ModelCatalog, settings: Settings
 ) -> GenerationPlan:
+    trace, started = current_trace.get(), time.perf_counter()
     body = from_legacy_functions(body)  # 1
     check_chat_limits(body, max_n=settings.max_n, max_messages=settings.max_messages)
     check_extras(body)
@@ -152,6 +154,8 @@ async def prepare_chat(
         or needs_special_tokens(reasoning),
         stream_tokens=reasoning is not None,
     )
+    if trace is not None:
+        trace.phase(PREPARE, started)
     return _plan(  # 8
         body,
         context,
@@ -169,6 +173,7 @@ async def prepare_chat(
 async def prepare_completion(
     body: CompletionRequest, context: RequestContext, catalog: ModelCatalog, settings: Settings
 ) -> GenerationPlan:
+    trace, started = current_trace.get(), time.perf_counter()
     check_sampling_limits(body, max_n=settings.max_n)  # 1
     check_completion_options(body)
     check_extras(body)
@@ -198,6 +203,8 @@ async def prepare_completion(
                 session_key=session_key_of(context, body),
             )
         )
+    if trace is not None:
+        trace.phase(PREPARE, started)
     return _plan(  # 8
         body,
         context,
