@@ -412,9 +412,9 @@ class Settings(BaseSettings):
     own OpenTelemetry tracing at the same URL (docs/OPERATIONS.md)."""
 
     otlp_trace_content: bool = False
-    """Record the rendered prompts and the completions' text in the spans
-    (``gateway.prompts``, ``gateway.completions``). Off by default: spans carry ids, parameters,
-    token counts and timings, never what users wrote."""
+    """Record the rendered prompts in the request's span (``gateway.prompts``). Off by default:
+    spans carry ids, parameters, token counts and timings, never what users wrote (and never the
+    completions' text, which the gateway does not keep once a stream has sent it)."""
 
     def limits_for(self, model: str) -> tuple[int, int, int | None]:
         """(max_concurrent_requests, max_queue_size, max_tokens_limit) for ``model``."""

@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 if TYPE_CHECKING:  # the SDK is optional: imported at run time only when tracing is on
     from opentelemetry.context import Context
     from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter
     from opentelemetry.trace import Span, Tracer
 
 logger = logging.getLogger(__name__)
@@ -213,7 +214,15 @@ current_trace: contextvars.ContextVar[RequestTrace | None] = contextvars.Context
 class Tracing:
     """The process's tracer provider, OTLP/HTTP exporter and W3C propagator."""
 
-    def __init__(self, endpoint: str, *, content: bool = False, service_name: str = SERVICE_NAME) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        content: bool = False,
+        service_name: str = SERVICE_NAME,
+        exporter: SpanExporter | None = None,
+    ) -> None:
+        """``exporter``: where spans go instead of OTLP/HTTP to ``endpoint`` (tests: in memory)."""
         try:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
             from opentelemetry.sdk.resources import Resource
@@ -230,7 +239,8 @@ class Tracing:
             resource = Resource.create({"service.name": service_name})
         self.endpoint = traces_endpoint(endpoint)
         self.provider: TracerProvider = TracerProvider(resource=resource)  # OTEL_TRACES_SAMPLER applies
-        self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=self.endpoint)))
+        self.exporter = exporter or OTLPSpanExporter(endpoint=self.endpoint)
+        self.provider.add_span_processor(BatchSpanProcessor(self.exporter))
         self.tracer: Tracer = self.provider.get_tracer("gateway")
         self.propagator = TraceContextTextMapPropagator()
         self.content = content
