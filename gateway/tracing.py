@@ -10,8 +10,8 @@ On, the HTTP edge starts one SERVER span per ``/v1`` request (continuing the cli
 ``traceparent``), named and described by OpenTelemetry's GenAI semantic conventions once planning
 knows the model (``chat <model>``, ``gen_ai.request.*``, ``gen_ai.usage.*``,
 ``gen_ai.response.*``). The gateway's phases are child spans made from timestamps the request
-already keeps (planning: prompt rendering and counting; the admission queue; the replica choice)
-and events (first token, last token), so nothing runs per token. Each Triton call is a CLIENT
+already keeps (planning: prompt rendering and counting; a wait in the admission queue) and events
+(the replica chosen, the first token, the last token), so nothing runs per token. Each Triton call is a CLIENT
 span whose context goes to Triton as the ``traceparent`` gRPC metadata: a Triton started with
 ``--trace-config mode=opentelemetry`` puts its own spans under it.
 
@@ -40,9 +40,10 @@ SERVICE_NAME = "triton-openai-gateway"
 PREPARE = "gateway.prepare"
 """Child span: planning, which renders the prompt and counts its tokens when that matters."""
 QUEUE = "gateway.queue"
-"""Child span: the wait for an admission slot (zero long when one was free)."""
+"""Child span: the wait for an admission slot, when there was one (a free slot makes none)."""
 ROUTE = "gateway.route"
-"""Child span: the choice of a Triton replica."""
+"""Event on the server span: a Triton replica chosen (``gateway.replica``, ``gateway.route``);
+an event, not a span, as the choice takes microseconds and a span costs tens of them."""
 FIRST_TOKEN = "gen_ai.first_token"
 LAST_TOKEN = "gen_ai.last_token"
 """Events on the server span: the first and the last response from the backend."""
@@ -140,8 +141,9 @@ class RequestTrace:
         )
         span.end(end_time=end)
 
-    def event(self, name: str, at: float) -> None:
-        self.span.add_event(name, timestamp=self.ns(at))
+    def event(self, name: str, at: float | None = None, attributes: Mapping[str, str] | None = None) -> None:
+        """An event on the server span at ``at`` (a perf_counter value; default: now)."""
+        self.span.add_event(name, attributes, timestamp=None if at is None else self.ns(at))
 
     def planned(
         self, endpoint: str, model_id: str, sampling: Mapping[str, Any], n: int, prompts: Sequence[str]

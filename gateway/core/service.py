@@ -37,12 +37,7 @@ class CompletionService:
     def try_admit(self, plan: GenerationPlan, outcome: RequestOutcome) -> Ticket | None:
         """A slot at once when one is free (no task, no wait), else None: then ``admit``."""
         self._refuse_if_draining(outcome)
-        ticket = self.admission.try_acquire(plan.model, plan.adapter)
-        trace = outcome.trace
-        if ticket is not None and trace is not None:
-            now = time.perf_counter()
-            trace.phase(QUEUE, now, now)
-        return ticket
+        return self.admission.try_acquire(plan.model, plan.adapter)
 
     async def admit(self, plan: GenerationPlan, outcome: RequestOutcome) -> Ticket:
         """Wait for a slot on the model (429 when the queue is full or the wait times out, 504

@@ -346,7 +346,6 @@ class PoolStream(HandOffStream):
         tried: set[Replica] = set()
         trace = current_trace.get()
         while True:
-            started = time.perf_counter()
             choice = pool.router.choose(request.session_key, request.prompt, pool._eligible(request.model, tried))
             if choice is None:
                 self._error = BackendUnavailableError(
@@ -355,9 +354,7 @@ class PoolStream(HandOffStream):
                 raise self._error
             replica = self._replica = pool._placed(request, choice)
             if trace is not None:
-                trace.phase(
-                    ROUTE, started, None, {"gateway.replica": replica.address, "gateway.route": choice.route.value}
-                )
+                trace.event(ROUTE, None, {"gateway.replica": replica.address, "gateway.route": choice.route.value})
             replica.in_flight += 1
             if pool.observer is not None:
                 pool.observer.replica_in_flight(replica.address, 1)
