@@ -17,6 +17,7 @@ from opentelemetry.trace import SpanKind, StatusCode, get_current_span
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from gateway.backend.transport.h2headers import RepeatingHeadersEncoder, call_headers, literal_headers
+from gateway.config import Settings, default_otlp_traces_endpoint
 from gateway.tracing import (
     FIRST_TOKEN,
     PREPARE,
@@ -197,3 +198,29 @@ def test_tracing_off_imports_no_sdk() -> None:
         "assert not [m for m in sys.modules if m.startswith('opentelemetry.sdk')], 'SDK imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+@pytest.mark.parametrize(
+    ("environ", "endpoint"),
+    [
+        ({}, None),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}, "http://c:4318"),
+        (
+            {
+                "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318",
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://t/v1/traces",
+            },
+            "http://t/v1/traces",
+        ),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": ""}, None),
+    ],
+)
+def test_the_standard_variables_turn_tracing_on(environ: dict[str, str], endpoint: str | None) -> None:
+    assert default_otlp_traces_endpoint(environ) == endpoint
+
+
+def test_the_setting_wins_over_the_standard_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://standard:4318")
+    assert Settings().otlp_traces_endpoint == "http://standard:4318"
+    monkeypatch.setenv("GATEWAY_OTLP_TRACES_ENDPOINT", "http://mine:4318")
+    assert Settings().otlp_traces_endpoint == "http://mine:4318"
