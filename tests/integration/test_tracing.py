@@ -200,6 +200,30 @@ def test_an_error_is_in_the_trace_and_the_logs_name_it(traced_gateway: GatewayPr
     assert f"trace_id={trace_id}" in traced_gateway.log_text(), "the error's log line names the trace"
 
 
+def test_a_mid_stream_error_is_in_the_trace(traced_gateway: GatewayProcess, receiver: OtlpReceiver) -> None:
+    """The stream's headers said 200; the SSE error event that ends it fails the span."""
+    header, trace_id, client_span = traceparent(4)
+    script = json.dumps(
+        {"responses": [{"utf8": ["partial "]}, {"utf8": ["more"]}], "error": {"message": "boom", "after": 1}}
+    )
+    body = {"model": SCRIPTED, "messages": [{"role": "user", "content": f"<script>{script}</script>"}], "stream": True}
+    with httpx.stream(
+        "POST", traced_gateway.url + "/v1/chat/completions", json=body, headers={"traceparent": header}, timeout=60
+    ) as response:
+        assert response.status_code == 200
+        events = [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: {")]
+    error = events[-1]["error"]
+    spans = receiver.wait_for(
+        trace_id, lambda s: gateway_server(s) and {"InferRequest", CALL} <= {span.name for span in s}
+    )
+    server = one(spans, kind=SERVER, service=GATEWAY)
+    assert server.parent_span_id == client_span
+    assert server.attributes["error.type"] == error["type"]
+    assert server.status_code == 2  # ERROR: a 5xx's error, sent as an event
+    assert [event[0] for event in server.events][-1] == "gen_ai.last_token"
+    assert one(spans, kind=CLIENT, service=GATEWAY).status_code == 2
+
+
 def test_a_request_without_traceparent_starts_its_own_trace(
     traced_gateway: GatewayProcess, receiver: OtlpReceiver
 ) -> None:
