@@ -176,6 +176,21 @@ def test_a_stream_has_its_first_and_last_token_in_the_trace(
     assert server.start_ns < routed <= first <= last <= server.end_ns
 
 
+def test_a_responses_call_is_a_chat_span_with_the_responses_id(
+    traced_gateway: GatewayProcess, receiver: OtlpReceiver
+) -> None:
+    header, trace_id, client_span = traceparent(5)
+    with openai.OpenAI(base_url=traced_gateway.url + "/v1", api_key="unused", max_retries=0) as sdk:
+        answer = sdk.responses.create(
+            model=MODEL, input="hello", max_output_tokens=4, store=False, extra_headers={"traceparent": header}
+        )
+    spans = receiver.wait_for(trace_id, complete_trace)
+    server, _ = check_chain(spans, client_span)
+    assert server.name == f"chat {MODEL}"
+    assert server.attributes["gen_ai.response.id"] == answer.id and answer.id.startswith("resp_")
+    assert server.attributes["gen_ai.request.max_tokens"] == 4
+
+
 def test_an_error_is_in_the_trace_and_the_logs_name_it(traced_gateway: GatewayProcess, receiver: OtlpReceiver) -> None:
     header, trace_id, client_span = traceparent(3)
     script = json.dumps({"responses": [], "error": {"message": "engine exploded", "after": 0}})
