@@ -70,6 +70,11 @@ def parser() -> argparse.ArgumentParser:
     micro.add_argument("--tokens", type=int, default=200, help="tokens per request")
     micro.add_argument("--requests", type=int, default=30, help="requests per process (and as many of 1 token)")
     micro.add_argument("--prompt-bytes", type=int, default=10_000, help="prompt size")
+    micro.add_argument(
+        "--traced",
+        action="store_true",
+        help="also each variant with OpenTelemetry traces on, exported to a sink (the cost of tracing)",
+    )
     return top
 
 

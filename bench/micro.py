@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from bench.otlp_sink import OtlpSink
 from bench.report import Report, fmt, ratio
 from bench.scenarios import prompt_text
 from bench.stack import REFERENCE_REPOSITORY, ROOT, TEST_REPOSITORY, Stack, Variant, log
@@ -38,7 +39,25 @@ def run_worker(variant: Variant, spec: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def traced(variants: list[Variant], sink: OtlpSink) -> list[Variant]:
+    """Each variant, then the same with traces on (``<name>+traces``), exported to ``sink``."""
+    out = []
+    for variant in variants:
+        on = (("GATEWAY_OTLP_TRACES_ENDPOINT", sink.url), ("OTEL_BSP_SCHEDULE_DELAY", "200"))
+        out += [variant, Variant(f"{variant.name}+traces", variant.root, variant.env + on)]
+    return out
+
+
 def run(args: Any, variants: list[Variant], report: Report) -> None:
+    with OtlpSink() as sink:
+        if getattr(args, "traced", False):
+            variants = traced(variants, sink)
+        measure(args, variants, report)
+        if sink.exports:
+            report.add(f"Spans exported to the sink: {sink.exports} exports, {sink.bytes:,} bytes.", "")
+
+
+def measure(args: Any, variants: list[Variant], report: Report) -> None:
     runs: dict[str, list[dict[str, Any]]] = {v.name: [] for v in variants}
     with Stack([], Path(tempfile.mkdtemp(prefix="bench-micro-"))) as stack:
         spec = {
@@ -54,21 +73,26 @@ def run(args: Any, variants: list[Variant], report: Report) -> None:
                 runs[variant.name].append(result)
                 log(
                     f"  micro {variant.name}: {result['us_per_token']:.1f} µs/token, "
-                    f"{result['us_per_request']:.0f} µs/request"
+                    f"{result['us_per_request']:.0f} µs/request, "
+                    f"{result.get('process_us_per_request', 0):.0f} µs/request (all threads)"
                 )
     first = statistics.median(r["us_per_token"] for r in runs[variants[0].name])
     table = []
     for name, results in runs.items():
         token = statistics.median(r["us_per_token"] for r in results)
         request = statistics.median(r["us_per_request"] for r in results)
-        table.append([name, fmt(token), fmt(ratio(token, first), 2), fmt(request, 0)])
+        process = [r["process_us_per_request"] for r in results if "process_us_per_request" in r]
+        every = fmt(statistics.median(process), 0) if process else "—"
+        table.append([name, fmt(token), fmt(ratio(token, first), 2), fmt(request, 0), every])
     report.add(
         f"## The app in process: chat, {args.prompt_bytes:,} B prompt, {args.tokens}-token streams, one at a time",
         "",
         f"Event loop thread CPU, medians of {args.repeat} process(es) × {args.requests} requests.",
         "",
     )
-    report.table(["variant", "µs/token", "/ first", "µs per 1-token request"], table)
+    report.table(
+        ["variant", "µs/token", "/ first", "µs per 1-token request", "process µs per request (all threads)"], table
+    )
     split = [
         [name, fmt(statistics.median(r["us_per_token_reasoning"] for r in results))]
         for name, results in runs.items()

@@ -163,7 +163,12 @@ async def measure(spec: dict[str, Any]) -> dict[str, Any]:
     settings = Settings(triton_url=spec["triton_url"], model_repository=repositories)
     app = create_app(settings)
     async with app.router.lifespan_context(app):
+        process_started = time.process_time()
         result = await per_token(app, "firehose", spec["prompt"], spec["tokens"], spec["requests"])
+        # Every thread's CPU: a traced app's exporter thread counts too (the loop thread's figures
+        # do not see it). 3 warm-up requests, then ``requests`` long and ``requests`` short ones.
+        process = time.process_time() - process_started
+        result["process_us_per_request"] = process / (3 + 2 * spec["requests"]) * 1e6
     extra: dict[str, Any] = {}
     reasoning = reasoning_parsers()
     if reasoning:  # the same stream, all of it reasoning (deepseek_r1: the prompt opened it)

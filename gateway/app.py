@@ -34,11 +34,13 @@ from gateway.http.rejections import RejectionCountMiddleware
 from gateway.http.request_id import RequestIdMiddleware
 from gateway.http.routes import chat, completions, health, messages, metrics, models, responses, tokenize
 from gateway.http.security import ApiKeyMiddleware, BodySizeLimitMiddleware
+from gateway.http.tracing import TracingMiddleware
 from gateway.images.fetch import FetchRules, ImageFetcher
 from gateway.metrics import Metrics
 from gateway.models.catalog import ModelCatalog
 from gateway.models.files import ModelFileSources
 from gateway.store import open_store
+from gateway.tracing import Tracing
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +105,11 @@ def create_app(settings: Settings, backend: Backend | None = None) -> FastAPI:
     service = CompletionService(the_backend, admission, the_metrics, log_requests=settings.log_requests)
     store = open_store(settings)
     images = image_fetcher(settings)
+    tracing = (
+        Tracing(settings.otlp_traces_endpoint, content=settings.otlp_trace_content)
+        if settings.otlp_traces_endpoint
+        else None
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -133,6 +140,8 @@ def create_app(settings: Settings, backend: Backend | None = None) -> FastAPI:
                 await store.close()
             if images is not None:
                 await images.aclose()
+            if tracing is not None:
+                tracing.shutdown()
 
     app = FastAPI(title="triton-openai-gateway", version="0.1.0", lifespan=lifespan)
     components = Components(settings, the_backend, catalog, the_metrics, service, store, images)
@@ -147,8 +156,8 @@ def create_app(settings: Settings, backend: Backend | None = None) -> FastAPI:
     app.include_router(tokenize.router)
     if settings.metrics_enabled:
         app.include_router(metrics.router)
-    # Middleware runs outermost-last-added: request id → rejection count → HEAD as GET → CORS →
-    # auth → body limit → the generating routes (http.direct) → FastAPI.
+    # Middleware runs outermost-last-added: request id → the trace's server span (tracing on) →
+    # rejection count → HEAD as GET → CORS → auth → body limit → the generating routes (http.direct) → FastAPI.
     app.add_middleware(DirectRoutes, components=components)
     app.add_middleware(BodySizeLimitMiddleware, limit=settings.max_body_bytes)
     keys = settings.load_api_keys()
@@ -165,5 +174,7 @@ def create_app(settings: Settings, backend: Backend | None = None) -> FastAPI:
         )
     app.add_middleware(HeadAsGetMiddleware)
     app.add_middleware(RejectionCountMiddleware, metrics=the_metrics)
+    if tracing is not None:
+        app.add_middleware(TracingMiddleware, tracing=tracing)
     app.add_middleware(RequestIdMiddleware)
     return app

@@ -132,15 +132,19 @@ def _run(settings: Settings) -> int:
 
     triton = None
     if settings.embedded:
+        from gateway.tracing import traces_endpoint
         from gateway.triton_launcher import (
             DEFAULT_MODEL_REPOSITORY,
             TritonLaunchError,
             TritonServer,
+            opentelemetry_trace_args,
         )
 
         repositories = [r.resolve() for r in settings.model_repository or [DEFAULT_MODEL_REPOSITORY]]
         working_dir = (settings.triton_working_dir or Path.cwd()).resolve()
         extra = tuple(f"--model-repository={r}" for r in repositories[1:])
+        if settings.otlp_traces_endpoint:  # Triton's spans in the gateway's traces, at the same collector
+            extra += opentelemetry_trace_args(traces_endpoint(settings.otlp_traces_endpoint))
         triton = TritonServer(
             repositories[0],
             log_file=settings.triton_log_file,

@@ -78,6 +78,11 @@ def default_hub_cache(environ: Mapping[str, str]) -> Path:
     return Path(expand(hub))
 
 
+def default_otlp_traces_endpoint(environ: Mapping[str, str]) -> str | None:
+    """Where the OpenTelemetry SDK would export traces by its own variables, if they say so."""
+    return environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None
+
+
 class ModelLimits(BaseModel):
     """Per-model overrides of the admission and ``max_tokens`` limits (unset: the global value),
     and of what the gateway assumes the model's backend can take."""
@@ -441,6 +446,20 @@ class Settings(BaseSettings):
 
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     """Log level of the gateway's loggers."""
+
+    otlp_traces_endpoint: str | None = Field(default_factory=lambda: default_otlp_traces_endpoint(os.environ))
+    """OpenTelemetry traces (as vLLM's ``--otlp-traces-endpoint``): the OTLP/HTTP URL spans are
+    exported to, e.g. ``http://localhost:4318/v1/traces`` (a bare ``http://host:4318`` gets
+    ``/v1/traces``). Unset: ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``, else
+    ``OTEL_EXPORTER_OTLP_ENDPOINT``; none of them: tracing is off and costs nothing. Needs the
+    ``tracing`` extra. The other ``OTEL_*`` variables apply (``OTEL_SERVICE_NAME``,
+    ``OTEL_EXPORTER_OTLP_HEADERS``, ``OTEL_TRACES_SAMPLER``...). Embedded mode points Triton's
+    own OpenTelemetry tracing at the same URL (docs/OPERATIONS.md)."""
+
+    otlp_trace_content: bool = False
+    """Record the rendered prompts in the request's span (``gateway.prompts``). Off by default:
+    spans carry ids, parameters, token counts and timings, never what users wrote (and never the
+    completions' text, which the gateway does not keep once a stream has sent it)."""
 
     def limits_for(self, model: str) -> tuple[int, int, int | None]:
         """(max_concurrent_requests, max_queue_size, max_tokens_limit) for ``model``."""

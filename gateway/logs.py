@@ -16,12 +16,17 @@ import orjson
 from gateway.metrics import RequestRecord
 
 request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
+trace_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("trace_id", default=None)
+"""The request's OpenTelemetry trace id (32 hex digits), set by the HTTP edge when tracing is on:
+every log line of the request names it, so a log line leads to its trace and back."""
 access_logger = logging.getLogger("gateway.access")
 
 
 class RequestIdFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         record.request_id = request_id_var.get()
+        trace_id = trace_id_var.get()
+        record.trace = "" if trace_id is None else f" trace_id={trace_id}"
         return True
 
 
@@ -30,7 +35,9 @@ def configure_logging(level: str, worker: int | None = None) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(RequestIdFilter())
     who = "" if worker is None else f"worker={worker} pid=%(process)d "
-    handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s {who}%(name)s [%(request_id)s] %(message)s"))
+    handler.setFormatter(
+        logging.Formatter(f"%(asctime)s %(levelname)s {who}%(name)s [%(request_id)s%(trace)s] %(message)s")
+    )
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
@@ -40,6 +47,7 @@ def log_request(record: RequestRecord, finished_at: float) -> None:
     """One JSON line per request: ids, model, status, tokens, timings. Never the text."""
     line = {
         "request_id": record.request_id,
+        "trace_id": trace_id_var.get(),
         "endpoint": record.endpoint,
         "model": record.model,
         "adapter": record.adapter,

@@ -249,6 +249,26 @@ def free_port() -> int:
                 return port
 
 
+def opentelemetry_trace_args(
+    url: str, *, service_name: str = "triton", schedule_delay_ms: int | None = None
+) -> tuple[str, ...]:
+    """tritonserver's flags to trace every request with OpenTelemetry, exported as OTLP/HTTP to
+    ``url`` (the full traces URL). A request that carries a ``traceparent`` (the gateway sends its
+    call span's) gets Triton's spans in the caller's trace; ``level=TIMESTAMPS`` gives the request,
+    queue and compute timestamps. ``schedule_delay_ms``: how long Triton's batch span processor
+    waits before an export (its default is 5 s)."""
+    args = [
+        "--trace-config=mode=opentelemetry",
+        f"--trace-config=opentelemetry,url={url}",
+        f"--trace-config=opentelemetry,resource=service.name={service_name}",
+        "--trace-config=rate=1",
+        "--trace-config=level=TIMESTAMPS",
+    ]
+    if schedule_delay_ms is not None:
+        args.append(f"--trace-config=opentelemetry,bsp_schedule_delay={schedule_delay_ms}")
+    return tuple(args)
+
+
 READY_REPORT_EVERY = 15.0
 """Seconds between the lines that say the launcher is still waiting for Triton to be ready."""
 

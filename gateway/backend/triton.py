@@ -38,6 +38,7 @@ from gateway.backend.transport.aio import AioTransport
 from gateway.backend.transport.base import (
     STREAM_INFER_PATH,
     CallError,
+    Metadata,
     StreamCall,
     StreamTransport,
 )
@@ -46,6 +47,7 @@ from gateway.backend.transport.h2conn import DEFAULT_MAX_MESSAGE_BYTES
 from gateway.backend.transport.tls import TritonTLS
 from gateway.backend.types import BackendModel, GenerationChunk, GenerationRequest
 from gateway.errors import BackendTimeoutError, BackendUnavailableError, GatewayError
+from gateway.tracing import CallSpan, current_trace
 
 logger = logging.getLogger(__name__)
 
@@ -183,7 +185,7 @@ class TritonStream(HandOffStream):
     ended). Otherwise the call is reset at once, and the model sees ``is_cancelled()``.
     """
 
-    __slots__ = ("error", "_backend", "_request", "_call", "_reader", "_timer")
+    __slots__ = ("error", "_backend", "_request", "_call", "_reader", "_timer", "_span")
 
     def __init__(self, backend: TritonBackend, request: GenerationRequest) -> None:
         super().__init__()
@@ -193,6 +195,8 @@ class TritonStream(HandOffStream):
         self._call: StreamCall[GenerationChunk] | None = None
         self._reader: StreamReader | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self._span: CallSpan | None = None
+        """The call's CLIENT span when the request is traced; its context goes to Triton."""
 
     async def _start(self) -> list[GenerationChunk]:
         backend, request = self._backend, self._request
@@ -205,10 +209,15 @@ class TritonStream(HandOffStream):
             else infer_request_bytes(request)
         )
         retried = False
+        trace = current_trace.get()
         while True:
             reader = trtllm_reader() if ensemble else vllm_reader()
+            metadata: Metadata = ()
+            if trace is not None:
+                span = self._span = trace.call(backend.url, request.model)
+                metadata = span.metadata
             try:
-                call = await backend._transport.open(STREAM_INFER_PATH, message, reader, request.deadline)
+                call = await backend._transport.open(STREAM_INFER_PATH, message, reader, request.deadline, metadata)
             except CallError as exc:
                 raise self._failed(exc) from exc
             self._opened(call, reader)
@@ -219,7 +228,7 @@ class TritonStream(HandOffStream):
                 # it on another connection.
                 if exc.retryable and not retried:
                     retried = True
-                    self._end()
+                    self._end(exc)
                     logger.info("retrying a generation Triton did not start: %s", exc.details)
                     continue
                 raise self._failed(exc) from exc
@@ -252,7 +261,11 @@ class TritonStream(HandOffStream):
                 BackendTimeoutError("the request's deadline passed before the backend finished"),
             )
 
-    def _end(self) -> None:
+    def _end(self, error: BaseException | None = None) -> None:
+        span = self._span
+        if span is not None:
+            self._span = None
+            span.end(error or self.error)
         call, reader = self._call, self._reader
         if call is None or reader is None:
             return

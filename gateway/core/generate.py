@@ -157,6 +157,8 @@ class Generation:
             run = self.assembler
             if run.done:
                 several = self._source is None  # n > 1 or several prompts: read through ``merge``
-                self._outcome.succeed(run.usage, stopped_early=not (self._final or several))
+                self._outcome.succeed(
+                    run.usage, stopped_early=not (self._final or several), finish_reasons=run.finish_reasons
+                )
             else:
                 self._outcome.abandon(run.usage)

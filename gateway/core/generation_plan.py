@@ -60,6 +60,8 @@ class GenerationPlan:
     """The id the client asked for (a base model or ``<base><sep><adapter>``), echoed back."""
     adapter: str | None
     completion_id: str
+    """The answer's id: ``chatcmpl-…``/``cmpl-…``, or the Responses API's ``resp_…`` (its trace's
+    ``gen_ai.response.id`` too)."""
     created: int
     n: int
     """Choices per prompt."""

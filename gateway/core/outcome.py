@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 
 from gateway.core.assemble import Usage
 from gateway.core.generation_plan import GenerationPlan
 from gateway.errors import BackendTimeoutError, GatewayError, ShuttingDownError
 from gateway.logs import log_request
 from gateway.metrics import GapTally, Metrics, RequestRecord
+from gateway.tracing import FIRST_TOKEN, LAST_TOKEN, current_trace, response_attributes
 
 CLIENT_GONE: tuple[type[BaseException], ...] = (asyncio.CancelledError, GeneratorExit)
 """How a client's disconnect reaches the core: the request's task is cancelled (a non-streaming
@@ -27,7 +29,7 @@ waits for the edge to write."""
 class RequestOutcome:
     """Status, cancel reason, error type, usage and timings of one request."""
 
-    __slots__ = ("record", "finished", "backend_started", "_metrics", "_gap", "_gaps", "_log")
+    __slots__ = ("record", "finished", "backend_started", "trace", "_plan", "_metrics", "_gap", "_gaps", "_log")
 
     def __init__(self, plan: GenerationPlan, metrics: Metrics, *, log: bool) -> None:
         self.record = RequestRecord(
@@ -46,6 +48,13 @@ class RequestOutcome:
         self._gaps = plan.stream
         """Inter-token gaps are what a stream's client sees; a non-streaming client sees none."""
         self._log = log
+        self.trace = trace = current_trace.get()
+        """The request's trace (None: tracing is off): told the plan now, the outcome at the end."""
+        self._plan = plan
+        if trace is not None and plan.requests:
+            first = plan.requests[0]
+            prompts = [request.prompt for request in plan.requests[:: plan.n]] if trace.content else ()
+            trace.planned(plan.endpoint, plan.model_id, first.sampling, plan.n, prompts)
 
     def responded(self) -> None:
         """A batch of backend responses arrived: the first token's time, then each gap (streams)."""
@@ -61,10 +70,10 @@ class RequestOutcome:
             gaps.add(now - last)
         record.last_token = now
 
-    def succeed(self, usage: Usage, *, stopped_early: bool) -> None:
+    def succeed(self, usage: Usage, *, stopped_early: bool, finish_reasons: Sequence[str | None] = ()) -> None:
         """A 200. ``stopped_early``: the gateway ended the backend's work (every choice hit a stop
-        string) before the backend's final response."""
-        self._finish(200, "stop_string" if stopped_early else None, None, usage)
+        string) before the backend's final response. ``finish_reasons``: per choice, for the trace."""
+        self._finish(200, "stop_string" if stopped_early else None, None, usage, finish_reasons)
 
     def abandon(self, usage: Usage | None = None) -> None:
         """The client left (nginx's 499) before the request was done."""
@@ -89,7 +98,14 @@ class RequestOutcome:
             return "shutdown"
         return None
 
-    def _finish(self, status: int, cancel_reason: str | None, error_type: str | None, usage: Usage | None) -> None:
+    def _finish(
+        self,
+        status: int,
+        cancel_reason: str | None,
+        error_type: str | None,
+        usage: Usage | None,
+        finish_reasons: Sequence[str | None] = (),
+    ) -> None:
         if self.finished:
             return
         self.finished = True
@@ -102,5 +118,24 @@ class RequestOutcome:
         if self._gap is not None:
             self._gap.flush()
         self._metrics.finish(record)
+        if self.trace is not None:
+            self._traced(finish_reasons)
         if self._log:
             log_request(record, time.perf_counter())
+
+    def _traced(self, finish_reasons: Sequence[str | None]) -> None:
+        """The span's response attributes and the first and last token's events: all at the end,
+        from what the record kept, so tracing adds nothing per token."""
+        trace, record, plan = self.trace, self.record, self._plan
+        assert trace is not None
+        if record.first_token is not None:
+            trace.event(FIRST_TOKEN, record.first_token)
+        if record.last_token is not None:
+            trace.event(LAST_TOKEN, record.last_token)
+        trace.span.set_attributes(
+            response_attributes(
+                plan.completion_id, plan.model_id, record.prompt_tokens, record.completion_tokens, finish_reasons
+            )
+        )
+        if record.cancel_reason is not None:
+            trace.span.set_attribute("gateway.cancel_reason", record.cancel_reason)

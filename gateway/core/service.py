@@ -17,6 +17,7 @@ from gateway.core.generation_plan import GenerationPlan
 from gateway.core.outcome import RequestOutcome
 from gateway.errors import GatewayError, ShuttingDownError
 from gateway.metrics import Metrics
+from gateway.tracing import QUEUE
 
 
 class CompletionService:
@@ -43,11 +44,15 @@ class CompletionService:
         when the request's deadline passes first)."""
         self._refuse_if_draining(outcome)
         remaining = None if plan.deadline is None else plan.deadline - time.monotonic()
+        started = time.perf_counter()
         try:
             return await self.admission.acquire(plan.model, plan.adapter, remaining)
         except (asyncio.CancelledError, GatewayError) as exc:
             outcome.fail(exc)
             raise
+        finally:
+            if outcome.trace is not None:
+                outcome.trace.phase(QUEUE, started)
 
     def generate(self, plan: GenerationPlan, ticket: Ticket, outcome: RequestOutcome) -> Generation:
         """Start the backend's work for an admitted request; the ``Generation`` owns the ticket."""

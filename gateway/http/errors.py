@@ -23,6 +23,7 @@ from starlette.requests import Request
 from gateway.errors import GatewayError, InvalidRequestError, anthropic_error_body, anthropic_status, error_body
 from gateway.http.json_response import JSONBytesResponse
 from gateway.http.sse import data_frame
+from gateway.tracing import current_trace
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +49,7 @@ def error_payload(error: GatewayError, path: str) -> tuple[int, dict[str, Any]]:
 
 def error_response(error: GatewayError, path: str = "") -> JSONBytesResponse:
     """The JSON answer to a request that failed before any of its body was sent."""
+    _traced(error)
     status, body = error_payload(error, path)
     return JSONBytesResponse(body, status_code=status, headers=error.headers)
 
@@ -55,7 +57,15 @@ def error_response(error: GatewayError, path: str = "") -> JSONBytesResponse:
 def error_event(error: GatewayError) -> bytes:
     """The SSE event that ends a stream which failed after its headers were sent (no ``[DONE]``
     follows: the openai SDK raises ``APIError`` on it)."""
+    _traced(error)
     return data_frame(orjson.dumps(error_body(error)))
+
+
+def _traced(error: GatewayError) -> None:
+    """The request's span (tracing on) says how it failed: both answers of an error pass here."""
+    trace = current_trace.get()
+    if trace is not None:
+        trace.failed(error.error_type, error.status_code, error.message)
 
 
 def is_json(content_type: str | None) -> bool:

@@ -43,6 +43,7 @@ from gateway.plan.sampling import stop_list, structured_outputs, to_generation_r
 from gateway.plan.tools import NO_TOOLS, ToolsDecision, from_legacy_functions, plan_tools
 from gateway.plan.validate import check_request
 from gateway.tools.registry import PARSERS
+from gateway.tracing import PREPARE, current_trace
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +156,7 @@ async def prepare_chat(
     images: ImageFetcher | None = None,
 ) -> GenerationPlan:
     """``images``: what fetches ``http(s)`` image URLs (None: only ``data:`` URLs are taken)."""
+    trace, started = current_trace.get(), time.perf_counter()
     rendered = await render_chat(body, catalog, settings)  # 1-5
     body, resolved, tools, prompt = rendered.body, rendered.resolved, rendered.tools, rendered.prompt
     loaded = await load_images(body, resolved.model, settings, images)  # each image read and checked
@@ -185,6 +187,8 @@ async def prepare_chat(
         stream_tokens=reasoning is not None,
         images=loaded,
     )
+    if trace is not None:
+        trace.phase(PREPARE, started)
     return _plan(  # 8
         body,
         context,
@@ -202,6 +206,7 @@ async def prepare_chat(
 async def prepare_completion(
     body: CompletionRequest, context: RequestContext, catalog: ModelCatalog, settings: Settings
 ) -> GenerationPlan:
+    trace, started = current_trace.get(), time.perf_counter()
     check_sampling_limits(body, max_n=settings.max_n)  # 1
     check_completion_options(body)
     check_extras(body)
@@ -231,6 +236,8 @@ async def prepare_completion(
                 session_key=session_key_of(context, body),
             )
         )
+    if trace is not None:
+        trace.phase(PREPARE, started)
     return _plan(  # 8
         body,
         context,

@@ -121,7 +121,7 @@ async def prepare_response(
     stored = body.store and store is not None
     created_at = int(time.time())
     return ResponsesPlan(
-        generation=dataclasses.replace(generation, api="responses"),
+        generation=dataclasses.replace(generation, api="responses", completion_id=response_id),
         response_id=response_id,
         created_at=created_at,
         head=response_head(body, response_id, created_at, stored),

@@ -130,7 +130,7 @@ def test_image_venv_has_the_runtime_dependencies_and_no_torch_or_triton(image_ve
     ok = _venv_python(
         image_venv,
         "import gateway, fastapi, uvicorn, tritonclient.grpc.aio, tokenizers, uvloop, httptools, "
-        "aiosqlite, psycopg, psycopg_pool; "
+        "aiosqlite, psycopg, psycopg_pool, opentelemetry.sdk.trace, opentelemetry.exporter.otlp.proto.http; "
         "print(gateway.__file__)",
     )
     assert ok.returncode == 0, ok.stderr

@@ -14,19 +14,25 @@ import openai
 
 from gateway.triton_launcher import free_port
 from tests.integration.conftest import ROOT, answers_ok, wait_for
+from tests.otlp_receiver import OtlpReceiver
+
+TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
 
 
 def test_embedded_mode_serves_the_tiny_model_and_stops_triton(tmp_path: Path) -> None:
+    """With tracing on, as an operator would run it: Triton traces to the gateway's collector."""
     port = free_port()
     log = tmp_path / "gateway.log"
     triton_log = tmp_path / "triton.log"
+    receiver = OtlpReceiver().start()
+    command = [sys.executable, "-m", "gateway", "--embedded", "--port", str(port), "--triton-log-file", str(triton_log)]
     with open(log, "wb") as handle:
         process = subprocess.Popen(
-            [sys.executable, "-m", "gateway", "--embedded", "--port", str(port), "--triton-log-file", str(triton_log)],
+            [*command, "--otlp-traces-endpoint", receiver.url],
             stdout=handle,
             stderr=subprocess.STDOUT,
             cwd=tmp_path,
-            env=dict(os.environ),
+            env={**os.environ, "OTEL_BSP_SCHEDULE_DELAY": "50"},
         )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -36,7 +42,11 @@ def test_embedded_mode_serves_the_tiny_model_and_stops_triton(tmp_path: Path) ->
             assert {"tiny-llm", "tiny-llm:alpha", "tiny-llm:beta"} <= models
             chunks = list(
                 sdk.chat.completions.create(
-                    model="tiny-llm", messages=[{"role": "user", "content": "Hi"}], max_tokens=8, stream=True
+                    model="tiny-llm",
+                    messages=[{"role": "user", "content": "Hi"}],
+                    max_tokens=8,
+                    stream=True,
+                    extra_headers={"traceparent": f"00-{TRACE_ID}-00f067aa0ba902b7-01"},
                 )
             )
             assert chunks[-1].choices[0].finish_reason in {"stop", "length"}
@@ -48,6 +58,11 @@ def test_embedded_mode_serves_the_tiny_model_and_stops_triton(tmp_path: Path) ->
         assert process.wait(timeout=60) == 0, log.read_text()
     time.sleep(0.5)
     assert not Path(f"/proc/{triton_pid}").exists(), "tritonserver outlived the gateway"
+    # Both flushed their spans as they stopped (Triton's export delay is its default 5 s).
+    spans = receiver.wait_for(TRACE_ID, lambda found: {"triton", "triton-openai-gateway"} <= {s.service for s in found})
+    receiver.stop()
+    call = next(span for span in spans if span.name.endswith("ModelStreamInfer"))
+    assert any(span.service == "triton" and span.parent_span_id == call.span_id for span in spans), spans
 
 
 def _triton_pid(parent: int) -> int:

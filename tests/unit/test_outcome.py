@@ -133,6 +133,7 @@ def test_request_log_line_is_written_once_with_the_outcome(caplog: pytest.LogCap
     line = lines[0]
     assert set(line) == {
         "request_id",
+        "trace_id",
         "endpoint",
         "model",
         "adapter",

@@ -37,6 +37,7 @@ from gateway.backend.replicas.router import Choice, Route, Router
 from gateway.backend.types import Backend, BackendModel, GenerationChunk, GenerationRequest, GenerationStream
 from gateway.config import EndpointSpec
 from gateway.errors import BackendUnavailableError, BackendUnreachableError, GatewayError
+from gateway.tracing import ROUTE, current_trace
 
 logger = logging.getLogger(__name__)
 
@@ -343,6 +344,7 @@ class PoolStream(HandOffStream):
     async def _start(self) -> list[GenerationChunk]:
         pool, request = self._pool, self._request
         tried: set[Replica] = set()
+        trace = current_trace.get()
         while True:
             choice = pool.router.choose(request.session_key, request.prompt, pool._eligible(request.model, tried))
             if choice is None:
@@ -351,6 +353,8 @@ class PoolStream(HandOffStream):
                 )
                 raise self._error
             replica = self._replica = pool._placed(request, choice)
+            if trace is not None:
+                trace.event(ROUTE, None, {"gateway.replica": replica.address, "gateway.route": choice.route.value})
             replica.in_flight += 1
             if pool.observer is not None:
                 pool.observer.replica_in_flight(replica.address, 1)

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from gateway.backend.transport.base import CANCELLED, INTERNAL, UNAVAILABLE, BatchedCall, CallError
+from gateway.backend.transport.base import CANCELLED, INTERNAL, UNAVAILABLE, BatchedCall, CallError, Metadata
 
 T = TypeVar("T")
 
@@ -125,12 +125,22 @@ class AioTransport:
         return method
 
     async def open(
-        self, path: bytes, message: bytes, parse: Callable[[bytes], T], deadline: float | None = None
+        self,
+        path: bytes,
+        message: bytes,
+        parse: Callable[[bytes], T],
+        deadline: float | None = None,
+        metadata: Metadata = (),
     ) -> AioStreamCall[T]:
         """Start the call. Unlike h2, an unreachable server shows on the first read (grpc.aio
         connects in the background): the consumer gets the same ``CallError(UNAVAILABLE)``. Opening
         never waits, so ``deadline`` is left to the backend's timer, which covers the whole call."""
-        call: AioStreamCall[T] = AioStreamCall(self._method(path)(message), parse)
+        method = self._method(path)
+        if metadata:
+            grpc_call = method(message, metadata=[(name.decode(), value.decode()) for name, value in metadata])
+        else:
+            grpc_call = method(message)
+        call: AioStreamCall[T] = AioStreamCall(grpc_call, parse)
         self._calls.add(call)
         call.reader.add_done_callback(lambda _: self._calls.discard(call))
         return call

@@ -22,6 +22,10 @@ PERMISSION_DENIED, RESOURCE_EXHAUSTED, UNIMPLEMENTED, UNAUTHENTICATED = 7, 8, 12
 
 STREAM_INFER_PATH = b"/inference.GRPCInferenceService/ModelStreamInfer"
 
+Metadata = tuple[tuple[bytes, bytes], ...]
+"""A call's own gRPC metadata (lower-case ASCII names and values): the trace context
+(``traceparent``) when the request is traced, else empty."""
+
 
 class CallError(Exception):
     """A call ended with a non-OK gRPC status, or the connection under it failed.
@@ -119,9 +123,15 @@ class StreamTransport(Protocol):
     """Opens streaming calls to one server."""
 
     async def open(
-        self, path: bytes, message: bytes, parse: Callable[[bytes], T], deadline: float | None = None
+        self,
+        path: bytes,
+        message: bytes,
+        parse: Callable[[bytes], T],
+        deadline: float | None = None,
+        metadata: Metadata = (),
     ) -> StreamCall[T]:
-        """Start a call with its one request message, half-closed after it. Raises ``CallError``
+        """Start a call with its one request message, half-closed after it, sending ``metadata``
+        with its headers. Raises ``CallError``
         (UNAVAILABLE) when the server cannot be reached, DEADLINE_EXCEEDED when ``deadline`` (a
         ``time.monotonic()`` value) passes while connecting or waiting for a stream slot."""
         ...

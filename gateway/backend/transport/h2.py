@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from gateway.backend.transport.base import DEADLINE_EXCEEDED, UNAVAILABLE, CallError
+from gateway.backend.transport.base import DEADLINE_EXCEEDED, UNAVAILABLE, CallError, Metadata
 from gateway.backend.transport.h2call import StreamCall
 from gateway.backend.transport.h2conn import DEFAULT_MAX_MESSAGE_BYTES, GrpcConnection, Keepalive
 
@@ -95,7 +95,12 @@ class H2Transport:
         self._backoff = self._backoff_first
 
     async def open(
-        self, path: bytes, message: bytes, parse: Callable[[bytes], T], deadline: float | None = None
+        self,
+        path: bytes,
+        message: bytes,
+        parse: Callable[[bytes], T],
+        deadline: float | None = None,
+        metadata: Metadata = (),
     ) -> StreamCall[T]:
         attempts = 3  # a connection can go away between the dial and the call's headers
         while True:
@@ -103,7 +108,7 @@ class H2Transport:
             if connection is None or not connection.usable:
                 connection = await self._connected(deadline)
             try:
-                return await connection.open(path, message, parse, deadline)
+                return await connection.open(path, message, parse, deadline, metadata)
             except CallError as exc:
                 attempts -= 1
                 if not exc.retryable or not attempts:

@@ -54,6 +54,7 @@ from gateway.backend.transport.base import (
     DEADLINE_EXCEEDED,
     UNAVAILABLE,
     CallError,
+    Metadata,
 )
 from gateway.backend.transport.h2call import StreamCall
 from gateway.backend.transport.h2frames import (
@@ -98,6 +99,7 @@ from gateway.backend.transport.h2headers import (
     RepeatingHeadersDecoder,
     RepeatingHeadersEncoder,
     call_headers,
+    literal_headers,
 )
 
 T = TypeVar("T")
@@ -461,7 +463,12 @@ class GrpcConnection(asyncio.Protocol):
     # -- calls ---------------------------------------------------------------------------------
 
     async def open(
-        self, path: bytes, message: bytes, parse: Callable[[bytes], T], deadline: float | None = None
+        self,
+        path: bytes,
+        message: bytes,
+        parse: Callable[[bytes], T],
+        deadline: float | None = None,
+        metadata: Metadata = (),
     ) -> StreamCall[T]:
         """Start a call, send its one request message and half-close it. Beyond the server's
         concurrent-stream limit, wait for a call to end, until ``deadline``
@@ -479,6 +486,8 @@ class GrpcConnection(asyncio.Protocol):
         if sid > _LAST_STREAM_ID:
             self.going_away = True  # stream ids run out: the next call opens a new connection
         block = self._encoder.encode(call_headers(self._scheme, self._authority, path))
+        if metadata:  # after the cached block, as literals that leave the dynamic table alone
+            block += literal_headers(metadata)
         size = self._peer_max_frame
         if len(block) <= size:
             self._out.append(frame(HEADERS, END_HEADERS, sid, block))

@@ -40,6 +40,32 @@ def call_headers(scheme: bytes, authority: bytes, path: bytes) -> list[tuple[byt
     ]
 
 
+def literal_headers(headers: Iterable[tuple[bytes, bytes]]) -> bytes:
+    """HPACK "literal header field without indexing — new name" representations (RFC 7541
+    §6.2.2), no Huffman: a call's own headers (its ``traceparent``), different on every call, so
+    indexing them would only churn the dynamic table and spoil the cached block they follow.
+    Appended to a block, they leave the encoder's table and its cache exactly as they were."""
+    out = bytearray()
+    for name, value in headers:
+        out.append(0x00)
+        out += _string(name)
+        out += _string(value)
+    return bytes(out)
+
+
+def _string(value: bytes) -> bytes:
+    """An HPACK string literal, H bit clear: the length as a 7-bit-prefix integer (§5.1), then the octets."""
+    length = len(value)
+    if length < 0x7F:
+        return bytes((length,)) + value
+    prefix, length = bytearray((0x7F,)), length - 0x7F
+    while length >= 0x80:
+        prefix.append((length & 0x7F) | 0x80)
+        length >>= 7
+    prefix.append(length)
+    return bytes(prefix) + value
+
+
 class RepeatingHeadersEncoder(hpack.Encoder):
     """An ``hpack.Encoder`` that returns its last block again for the same headers when the
     dynamic table has not changed since that block was made without changing it.
