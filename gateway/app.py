@@ -32,7 +32,7 @@ from gateway.http.errors import install_error_handlers
 from gateway.http.head import HeadAsGetMiddleware
 from gateway.http.rejections import RejectionCountMiddleware
 from gateway.http.request_id import RequestIdMiddleware
-from gateway.http.routes import chat, completions, health, metrics, models, responses
+from gateway.http.routes import chat, completions, embeddings, health, metrics, models, responses
 from gateway.http.security import ApiKeyMiddleware, BodySizeLimitMiddleware
 from gateway.metrics import Metrics
 from gateway.models.catalog import ModelCatalog
@@ -124,6 +124,7 @@ def create_app(settings: Settings, backend: Backend | None = None) -> FastAPI:
     app.include_router(chat.router)
     app.include_router(completions.router)
     app.include_router(responses.router)
+    app.include_router(embeddings.router)
     if settings.metrics_enabled:
         app.include_router(metrics.router)
     # Middleware runs outermost-last-added: request id → rejection count → HEAD as GET → CORS →

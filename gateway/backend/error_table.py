@@ -93,6 +93,14 @@ MESSAGE_RULES: tuple[MessageRule, ...] = (
         ContextLengthExceededError,
         param="messages",
     ),
+    # A request of a task the model does not run: the vLLM backend's "Model <m> does not support
+    # 'embed' request" (a generating model asked to embed) or "... 'generate' request".
+    MessageRule(
+        "unsupported-task",
+        re.compile(r"does not support '(?:embed|generate)' request"),
+        InvalidRequestError,
+        param="model",
+    ),
     # An empty prompt: vLLM's input processor, "The decoder prompt cannot be empty"; tiny-llm the same.
     MessageRule("empty-prompt", re.compile(r"prompt cannot be empty"), InvalidRequestError),
     # Sampling parameters vLLM refused, its reason swallowed: the vLLM backend's

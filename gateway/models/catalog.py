@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.backend.contracts.trtllm import is_trtllm
+from gateway.backend.contracts.vllm import EMBEDDING_REQUEST, TEXT_INPUT
 from gateway.backend.types import Backend, BackendModel
 from gateway.config import ModelFiles
 from gateway.errors import GatewayError
@@ -63,6 +64,10 @@ class ServedModel:
     else detected from the chat template; None: the output is all answer."""
     structured_outputs_after_reasoning: bool = False
     """The backend applies structured outputs after the reasoning (``model_files``)."""
+    embeds: bool = False
+    """Serves ``/v1/embeddings`` (``embeds_by``): takes ``embedding_request`` and runs pooling."""
+    matryoshka_dimensions: tuple[int, ...] | None = None
+    """The sizes ``dimensions`` may ask for (``()``: any); None: ``dimensions`` is refused."""
     created: int = field(default_factory=lambda: int(time.time()))
 
     @property
@@ -70,6 +75,19 @@ class ServedModel:
         """A TensorRT-LLM ensemble (told by its inputs): it reports no prompt token count and
         cannot enforce a JSON schema, which planning must know without reading backend contracts."""
         return is_trtllm(self.inputs)
+
+
+def embeds_by(inputs: frozenset[str], setting: str | None, model_json: str | None) -> bool:
+    """Whether a model serves embeddings. Triton's vLLM backend declares ``embedding_request`` on
+    every model, generating or not, so the tensor alone does not say: the ``model_files``
+    setting's ``runner`` wins, then ``model.json``'s (what vLLM was told to run), and a model
+    with ``embedding_request`` but no ``text_input`` (an embedding-only model) embeds."""
+    if EMBEDDING_REQUEST not in inputs:
+        return False
+    runner = setting or model_json
+    if runner is not None:
+        return runner == "pooling"
+    return TEXT_INPUT not in inputs
 
 
 class ModelCatalog:
@@ -183,6 +201,12 @@ class ModelCatalog:
             exclude_tools_when_none=override is not None and override.exclude_tools_when_tool_choice_none,
             reasoning_parser=reasoning_parser,
             structured_outputs_after_reasoning=override is not None and override.structured_outputs_after_reasoning,
+            embeds=embeds_by(model.inputs, override.runner if override is not None else None, files.runner),
+            matryoshka_dimensions=(
+                tuple(override.matryoshka_dimensions)
+                if override is not None and override.matryoshka_dimensions is not None
+                else files.matryoshka_dimensions
+            ),
             created=previous.created if previous else int(time.time()),
         )
 

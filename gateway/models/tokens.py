@@ -29,9 +29,11 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 from gateway.models.token_bound import TokenBound, spec_parts, token_bound, tokenizer_spec
+
+_T = TypeVar("_T")
 
 INLINE_MAX_CHARS = 1024
 """Prompts up to this many characters are counted on the calling thread: ~0.15 ms with tiny-llm's
@@ -164,8 +166,9 @@ class TokenCounter:
         self._threads = threads
         self._pool: ThreadPoolExecutor | None = None
 
-    async def count(self, count: Callable[[str], int], prompt: str) -> int:
-        """``count(prompt)``, in place for a short prompt, else on a pool thread."""
+    async def count(self, count: Callable[[str], _T], prompt: str) -> _T:
+        """``count(prompt)``, in place for a short prompt, else on a pool thread (a count, or
+        the token ids themselves: embeddings' truncation)."""
         if len(prompt) <= INLINE_MAX_CHARS:
             return count(prompt)
         if self._pool is None:
