@@ -93,11 +93,11 @@ MESSAGE_RULES: tuple[MessageRule, ...] = (
         ContextLengthExceededError,
         param="messages",
     ),
-    # A request of a task the model does not run: the vLLM backend's "Model <m> does not support
-    # 'embed' request" (a generating model asked to embed) or "... 'generate' request".
+    # An embedding request to a model vLLM runs as a generator: the vLLM backend's "Model <m> does
+    # not support 'embed' request" (the gateway found no runner in model.json and was told none).
     MessageRule(
         "unsupported-task",
-        re.compile(r"does not support '(?:embed|generate)' request"),
+        re.compile(r"does not support 'embed' request"),
         InvalidRequestError,
         param="model",
     ),

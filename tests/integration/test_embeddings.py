@@ -139,6 +139,11 @@ def test_a_model_that_cannot_embed_is_400_saying_so(gateway: GatewayProcess) -> 
     assert response.json()["error"]["param"] == "model"
 
 
+def test_chat_on_the_embedding_model_is_400(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError, match="embedding model"):
+        client.chat.completions.create(model=EMBED, messages=[{"role": "user", "content": "x"}], max_tokens=2)
+
+
 def test_unknown_model_is_404(client: openai.OpenAI) -> None:
     with pytest.raises(openai.NotFoundError):
         client.embeddings.create(model="no-such-model", input="x")
