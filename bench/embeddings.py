@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import tempfile
 import time
 from pathlib import Path
@@ -27,18 +28,68 @@ def texts(batch: int) -> list[str]:
     return [f"the input number {i} of a benchmark batch" for i in range(batch)]
 
 
+class JsonConnection(asyncio.Protocol):
+    """One keep-alive HTTP/1.1 connection, one request at a time (httptools parses the answer):
+    an HTTP client costing as little as the floor's, so that the comparison is the gateway's."""
+
+    def __init__(self) -> None:
+        import httptools
+
+        self.parser = httptools.HttpResponseParser(self)
+        self.transport: asyncio.Transport | None = None
+        self.waiter: asyncio.Future[tuple[int, bytes]] | None = None
+        self.body = bytearray()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_exception(ConnectionError(f"connection lost: {exc}"))
+
+    def data_received(self, data: bytes) -> None:
+        self.parser.feed_data(data)
+
+    def on_body(self, piece: bytes) -> None:
+        self.body += piece
+
+    def on_message_complete(self) -> None:
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result((self.parser.get_status_code(), bytes(self.body)))
+
+    async def post(self, payload: bytes) -> tuple[int, bytes]:
+        assert self.transport is not None
+        self.body = bytearray()
+        self.waiter = asyncio.get_running_loop().create_future()
+        self.transport.write(payload)
+        return await self.waiter
+
+
 async def gateway_side(url: str, batch: int, concurrency: int, duration: float, warmup: float) -> dict[str, Any]:
-    import httpx
-
+    host, port = url.removeprefix("http://").rsplit(":", 1)
     body = json.dumps({"model": MODEL, "input": texts(batch), "encoding_format": "float"}).encode()
-    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+    head = f"POST /v1/embeddings HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+    payload = (head + f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+    loop = asyncio.get_running_loop()
+    connections = [(await loop.create_connection(JsonConnection, host, int(port)))[1] for _ in range(concurrency)]
+    free = list(connections)
 
-        async def one() -> None:
-            reply = await client.post("/v1/embeddings", content=body, headers={"Content-Type": "application/json"})
-            if reply.status_code != 200 or len(reply.json()["data"]) != batch:
-                raise RuntimeError(f"gateway answered {reply.status_code}: {reply.text[:200]}")
+    async def one() -> None:
+        connection = free.pop()
+        try:
+            status, answer = await connection.post(payload)
+        finally:
+            free.append(connection)
+        if status != 200 or len(json.loads(answer)["data"]) != batch:
+            raise RuntimeError(f"gateway answered {status}: {answer[:200]!r}")
 
+    try:
         return await measure(one, batch, concurrency, duration, warmup)
+    finally:
+        for connection in connections:
+            if connection.transport is not None:
+                connection.transport.close()
 
 
 async def floor_side(grpc_url: str, batch: int, concurrency: int, duration: float, warmup: float) -> dict[str, Any]:

@@ -192,6 +192,8 @@ class TritonBackend:
                 async with asyncio.timeout(remaining):
                     async for batch in call:
                         chunks.extend(batch)
+                        if reader.final:  # the vector is in: Triton's trailers need not be waited for
+                            break
             except CallError as exc:
                 if exc.retryable and attempt == 0 and not chunks:
                     logger.info("retrying an embedding Triton did not start: %s", exc.details)
@@ -201,7 +203,9 @@ class TritonBackend:
                 raise BackendTimeoutError("the request's deadline passed before the backend finished") from None
             finally:
                 self._active.discard(call)
-                if not reader.final:
+                if reader.final:  # as a generation's: left to end with its trailers, reset if they do not come
+                    asyncio.get_running_loop().call_later(TRAILERS_GRACE, call.cancel)
+                else:
                     call.cancel()
             return read_embedding(chunks)
         raise AssertionError("unreachable")  # pragma: no cover
