@@ -13,8 +13,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.metrics import Metrics
 
-ENDPOINTS = {"/v1/chat/completions": "chat", "/v1/completions": "completions", "/v1/responses": "responses"}
-"""The completion routes' paths → their ``endpoint`` label (``GenerationPlan.endpoint``)."""
+ENDPOINTS = {
+    "/v1/chat/completions": "chat",
+    "/v1/completions": "completions",
+    "/v1/responses": "responses",
+    "/v1/embeddings": "embeddings",
+}
+"""The counted routes' paths → their ``endpoint`` label (``GenerationPlan.endpoint``,
+``core.embed.ENDPOINT``)."""
 
 _COUNTED = "counted_by_outcome"
 """``scope["state"]`` key set once the request's outcome exists: it counts the request then."""

@@ -159,3 +159,22 @@ def test_too_many_inputs_is_400(tmp_path: Path, triton) -> None:  # type: ignore
         assert response.status_code == 400 and "at most 3" in response.json()["error"]["message"]
     finally:
         stop_gateway(capped)
+
+
+def test_requests_are_counted_once_by_status(gateway: GatewayProcess) -> None:
+    def count(status: str, model: str) -> float:
+        total = 0.0
+        for line in httpx.get(gateway.url + "/metrics", timeout=10).text.splitlines():
+            if (
+                line.startswith("gateway_requests_total{")
+                and 'endpoint="embeddings"' in line
+                and f'status="{status}"' in line
+                and f'model="{model}"' in line
+            ):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    ok, refused = count("200", EMBED), count("400", "")
+    assert post(gateway, input=["a", "b"]).status_code == 200
+    assert post(gateway, input=[]).status_code == 400
+    assert (count("200", EMBED), count("400", "")) == (ok + 1, refused + 1)

@@ -79,6 +79,9 @@ EMBED_ARGS: dict[str, object] = {
 }
 """tiny-llm's weights as vLLM runs a causal LM for embeddings: LAST pooling, normalized."""
 MATRYOSHKA = [32, 64, 128]
+REFERENCE_EMBED_MODEL = "reference-embed"
+"""The project's own embedding model (``triton_models/reference/tiny-llm-embed``), served beside
+the vLLM backend's, so the lane holds its vectors to vLLM's too."""
 
 
 def build_embedding_repository(where: Path) -> Path:
@@ -91,6 +94,8 @@ def build_embedding_repository(where: Path) -> Path:
     (version / "utils").symlink_to(PEER / "utils", target_is_directory=True)
     engine = {"model": str(WEIGHTS), **EMBED_ARGS, "hf_overrides": {"matryoshka_dimensions": MATRYOSHKA}}
     (version / "model.json").write_text(json.dumps(engine, indent=2))
+    reference = ROOT / "triton_models" / "reference" / "tiny-llm-embed"
+    (where / REFERENCE_EMBED_MODEL).symlink_to(reference, target_is_directory=True)
     return where
 
 

@@ -2,8 +2,9 @@
 server in pooling mode, on the same weights: the same vectors (to float tolerance), shapes and
 usage, for every input shape, both encodings, and ``dimensions``.
 
-Its own Triton (one pooling engine) and vLLM server, started side by side on first use and
-stopped after this file: a pooling engine cannot share the lane's generating one.
+Its own Triton (one pooling engine, and the project's reference embedding model, held to the
+same vectors) and vLLM server, started side by side on first use and stopped after this file: a
+pooling engine cannot share the lane's generating one.
 """
 
 from __future__ import annotations
@@ -48,9 +49,12 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str
         vllm.stop()
 
 
-def both(servers: tuple[str, str], **body: Any) -> tuple[httpx.Response, httpx.Response]:
-    payload = {"model": lane.EMBED_MODEL, **body}
-    return tuple(httpx.post(url + "/v1/embeddings", json=payload, timeout=120) for url in servers)  # type: ignore[return-value]
+def both(servers: tuple[str, str], model: str = lane.EMBED_MODEL, **body: Any) -> tuple[httpx.Response, httpx.Response]:
+    gateway, vllm = servers
+    return (
+        httpx.post(gateway + "/v1/embeddings", json={"model": model, **body}, timeout=120),
+        httpx.post(vllm + "/v1/embeddings", json={"model": lane.EMBED_MODEL, **body}, timeout=120),
+    )
 
 
 def vectors(response: httpx.Response) -> list[list[float]]:
@@ -91,6 +95,14 @@ def test_dimensions_match(servers: tuple[str, str]) -> None:
     gateway, vllm = both(servers, input=TEXTS, dimensions=32)
     same(gateway, vllm)
     assert len(vectors(gateway)[0]) == 32
+
+
+@pytest.mark.parametrize("dimensions", [None, 64])
+def test_the_reference_model_pools_as_vllm_does(servers: tuple[str, str], dimensions: int | None) -> None:
+    """``tiny-llm-embed``, the main suite's stand-in, against vLLM's own server."""
+    extra = {} if dimensions is None else {"dimensions": dimensions}
+    same(*both(servers, model=lane.REFERENCE_EMBED_MODEL, input=TEXTS, **extra))
+    same(*both(servers, model=lane.REFERENCE_EMBED_MODEL, input=[[1, 200, 300], [7]], **extra))
 
 
 def test_refusals_are_400_on_both(servers: tuple[str, str]) -> None:

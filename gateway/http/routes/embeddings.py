@@ -8,6 +8,7 @@ from starlette.responses import Response
 
 from gateway.core.embed import run_embeddings
 from gateway.http.deps import ComponentsDep, request_context
+from gateway.http.rejections import mark_counted_by_outcome
 from gateway.http.routes import log_unknown_fields
 from gateway.openai.embeddings import encode_embeddings
 from gateway.plan.embeddings import EmbeddingCreateRequest, prepare_embeddings
@@ -20,5 +21,6 @@ async def create_embeddings(body: EmbeddingCreateRequest, request: Request, comp
     log_unknown_fields(body)
     context = request_context(request, components.settings)
     plan = await prepare_embeddings(body, context.request_id, context.deadline, components.catalog, components.settings)
+    mark_counted_by_outcome(request.scope)  # from here on, run_embeddings counts the request
     result = await run_embeddings(components.service, plan)
     return Response(encode_embeddings(plan, result), media_type="application/json")
