@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from functools import partial
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, ValidationError, ValidatorFunctionWrapHandler, field_validator
 
 from gateway.backend.types import EmbeddingRequest
 from gateway.config import Settings
@@ -43,6 +43,17 @@ class EmbeddingCreateRequest(NullMeansDefault):
     """vLLM: keep the last k tokens of each input (-1: the model's context length)."""
     normalize: bool | None = None
     """vLLM's pooling option; only ``true`` (the default) can be honoured through Triton."""
+
+    @field_validator("input", mode="wrap")
+    @classmethod
+    def _one_of_the_shapes(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        """One error naming the four shapes, instead of one per member of the union."""
+        try:
+            return handler(value)
+        except ValidationError:
+            raise ValueError(
+                "input must be a string, a list of strings, a list of token ids, or a list of lists of token ids"
+            ) from None
 
 
 Input = str | list[int]

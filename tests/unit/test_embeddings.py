@@ -10,10 +10,12 @@ import struct
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 import pytest
 from tokenizers import Tokenizer
 
+from gateway.app import create_app
 from gateway.backend.contracts.tensors import split_bytes
 from gateway.backend.contracts.vllm import build_embedding_request, read_embedding
 from gateway.backend.replicas.pool import ReplicaPool
@@ -35,6 +37,7 @@ from gateway.models.files import read_local_model_files
 from gateway.models.tokens import TokenCounter
 from gateway.openai.embeddings import encode_embeddings
 from gateway.plan.embeddings import EmbeddingCreateRequest, prepare_embeddings
+from tests.fakes import ScriptedBackend
 
 pytestmark = pytest.mark.anyio
 WEIGHTS = Path(__file__).resolve().parents[2] / "triton_models" / "weights" / "tiny-llm"
@@ -288,3 +291,39 @@ async def test_the_pool_retries_an_unavailable_replica_once_elsewhere() -> None:
         replica.down = True
     with pytest.raises(BackendUnavailableError):
         await pool.embed(EmbeddingRequest("r", "e", "x"))
+
+
+class EmbeddingBackend(ScriptedBackend):
+    """Serves ``e``, an embedding-only model (``embedding_request`` and no ``text_input``)."""
+
+    async def list_models(self) -> list[BackendModel]:
+        return [BackendModel(name="e", inputs=frozenset({"embedding_request"}))]
+
+
+async def post_embeddings(tmp_path: Path, body: dict[str, Any]) -> httpx.Response:
+    app = create_app(Settings(model_repository=[tmp_path]), backend=EmbeddingBackend())
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:
+            return await client.post("/v1/embeddings", json=body)
+
+
+async def test_the_route_answers_in_order_with_usage(tmp_path: Path) -> None:
+    reply = await post_embeddings(tmp_path, {"model": "e", "input": ["aaa", "b"], "user": "u", "extra": 1})
+    assert reply.status_code == 200
+    assert reply.json() == {
+        "object": "list",
+        "data": [
+            {"object": "embedding", "index": 0, "embedding": [3.0, 0.0]},
+            {"object": "embedding", "index": 1, "embedding": [1.0, 0.0]},
+        ],
+        "model": "e",
+        "usage": {"prompt_tokens": 4, "total_tokens": 4},
+    }
+
+
+async def test_a_malformed_input_names_the_shapes(tmp_path: Path) -> None:
+    reply = await post_embeddings(tmp_path, {"model": "e", "input": ["a", [1]]})
+    assert reply.status_code == 400
+    error = reply.json()["error"]
+    assert error["param"] == "input" and "a list of lists of token ids" in error["message"]
