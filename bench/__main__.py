@@ -74,8 +74,8 @@ def parser() -> argparse.ArgumentParser:
     embeddings = command("embeddings", "inputs/s through /v1/embeddings by batch size, against the direct gRPC floor")
     embeddings.add_argument("--batches", default="1,16,128", help="inputs per request, comma-separated")
     embeddings.add_argument("--concurrency", type=int, default=4, help="requests in flight")
-    embeddings.add_argument("--duration", type=float, default=5.0, help="measured seconds per run")
-    embeddings.add_argument("--warmup", type=float, default=1.0, help="seconds of load before the window opens")
+    embeddings.add_argument("--duration", type=float, default=10.0, help="measured seconds per run")
+    embeddings.add_argument("--warmup", type=float, default=2.0, help="seconds of load before the window opens")
     return top
 
 
