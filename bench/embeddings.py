@@ -159,35 +159,48 @@ async def measure(one: Any, batch: int, concurrency: int, duration: float, warmu
     }
 
 
+def _median(runs: list[dict[str, Any]], key: str) -> float | None:
+    values = sorted(r[key] for r in runs if r[key] is not None)
+    return values[len(values) // 2] if values else None
+
+
 def run(args: Any, variants: list[Variant], report: Report) -> None:
     batches = [int(b) for b in str(args.batches).split(",")]
-    results: dict[str, dict[str, Any]] = {}
-    rows = []
+    runs: dict[str, list[dict[str, Any]]] = {}
     gateway_args = ("--max-concurrent-requests=0", *args.gateway_arg)
+    timing = (args.concurrency, args.duration, args.warmup)
     with Stack(variants, Path(tempfile.mkdtemp(prefix="bench-embeddings-")), gateway_args) as stack:
-        for batch in batches:
-            floor = asyncio.run(floor_side(stack.triton.grpc_url, batch, args.concurrency, args.duration, args.warmup))
-            log(f"batch {batch}: floor {fmt(floor['inputs_per_s'])} inputs/s")
-            results[f"floor/{batch}"] = floor
-            for name, gateway in stack.gateways.items():
-                side = asyncio.run(gateway_side(gateway.url, batch, args.concurrency, args.duration, args.warmup))
-                log(f"batch {batch}: {name} {fmt(side['inputs_per_s'])} inputs/s")
-                results[f"{name}/{batch}"] = side
-                rows.append(
-                    [
-                        str(batch),
-                        name,
-                        fmt(floor["inputs_per_s"]),
-                        fmt(side["inputs_per_s"]),
-                        fmt(ratio(side["inputs_per_s"], floor["inputs_per_s"]), 2),
-                        fmt(floor["p50_ms"]),
-                        fmt(side["p50_ms"]),
-                    ]
-                )
+        for round_ in range(args.repeat):
+            for batch in batches:  # the floor and each variant alternated, round after round
+                floor = asyncio.run(floor_side(stack.triton.grpc_url, batch, *timing))
+                runs.setdefault(f"floor/{batch}", []).append(floor)
+                log(f"round {round_ + 1}, batch {batch}: floor {fmt(floor['inputs_per_s'])} inputs/s")
+                for name, gateway in stack.gateways.items():
+                    side = asyncio.run(gateway_side(gateway.url, batch, *timing))
+                    runs.setdefault(f"{name}/{batch}", []).append(side)
+                    log(f"round {round_ + 1}, batch {batch}: {name} {fmt(side['inputs_per_s'])} inputs/s")
+    rows = []
+    for batch in batches:
+        floor_runs = runs[f"floor/{batch}"]
+        for name in (v.name for v in variants):
+            side_runs = runs[f"{name}/{batch}"]
+            ratios = [ratio(s["inputs_per_s"], f["inputs_per_s"]) for s, f in zip(side_runs, floor_runs, strict=True)]
+            rows.append(
+                [
+                    str(batch),
+                    name,
+                    fmt(_median(floor_runs, "inputs_per_s")),
+                    fmt(_median(side_runs, "inputs_per_s")),
+                    fmt(sorted(r for r in ratios if r is not None)[len(ratios) // 2] if ratios else None, 2),
+                    fmt(_median(floor_runs, "p50_ms")),
+                    fmt(_median(side_runs, "p50_ms")),
+                ]
+            )
     report.add(
-        f"## /v1/embeddings on {MODEL}: {args.concurrency} clients, {args.duration:.0f} s per run",
+        f"## /v1/embeddings on {MODEL}: {args.concurrency} clients, {args.duration:.0f} s per run, "
+        f"medians of {args.repeat} round(s)",
         "",
     )
-    header = ["batch", "variant", "floor inputs/s", "gateway inputs/s", "gateway / floor"]
+    header = ["batch", "variant", "floor inputs/s", "gateway inputs/s", "gateway / floor (median of rounds)"]
     report.table([*header, "floor p50 ms", "gateway p50 ms"], rows)
-    report.data["embeddings"] = results
+    report.data["embeddings"] = runs
