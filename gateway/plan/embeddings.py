@@ -121,10 +121,11 @@ def _vocab_size(model: ServedModel) -> int | None:
 
 
 def check_token_ids(inputs: Sequence[Input], model: ServedModel) -> None:
-    """Token ids must exist in the model's vocabulary (checked when its tokenizer is known)."""
+    """Token ids must exist in the model's vocabulary (checked when its tokenizer is known).
+    ``min``/``max`` first: C loops, so a large batch of ids costs the event loop little."""
     vocab = _vocab_size(model)
     for position, item in enumerate(inputs):
-        if isinstance(item, str):
+        if isinstance(item, str) or (min(item) >= 0 and (vocab is None or max(item) < vocab)):
             continue
         bad = next((t for t in item if t < 0 or (vocab is not None and t >= vocab)), None)
         if bad is not None:
