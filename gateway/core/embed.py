@@ -68,7 +68,6 @@ async def run_embeddings(service: CompletionService, plan: EmbeddingPlan) -> Emb
     except BaseException as exc:
         _finish(service, record, _status(exc), exc if started_backend else None)
         raise
-    record.first_token = record.last_token = time.perf_counter()
     counts = plan.token_counts or (None,) * len(answers)
     tokens = sum(
         answer.prompt_tokens if answer.prompt_tokens is not None else (counted or 0)

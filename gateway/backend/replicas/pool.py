@@ -316,6 +316,7 @@ class ReplicaPool:
             assert isinstance(replica, Replica)
             replica.in_flight += 1
             if self.observer is not None:
+                self.observer.routed(replica.address, choice.route.value, choice.home)
                 self.observer.replica_in_flight(replica.address, 1)
             error: BaseException | None = None
             try:
