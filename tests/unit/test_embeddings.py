@@ -327,3 +327,15 @@ async def test_a_malformed_input_names_the_shapes(tmp_path: Path) -> None:
     assert reply.status_code == 400
     error = reply.json()["error"]
     assert error["param"] == "input" and "a list of lists of token ids" in error["message"]
+
+
+async def test_a_client_that_leaves_cancels_the_inputs_still_running(tmp_path: Path) -> None:
+    from tests.unit.test_app import asgi_call, body_message
+
+    backend = EmbeddingBackend(delay=1.0)
+    app = create_app(Settings(model_repository=[tmp_path]), backend=backend)
+    async with app.router.lifespan_context(app):
+        request = [body_message({"model": "e", "input": ["a", "b"]})]
+        status, _ = await asyncio.wait_for(asgi_call(app, "/v1/embeddings", request, 0.1), 0.8)  # inputs: 1 s
+        assert status == 499
+        assert app.state.components.service.admission.in_flight == 0
