@@ -6,6 +6,7 @@ Subcommands (each starts its own tritonserver and gateways, and stops them whate
 * ``prompts``: added TTFT by prompt size, and a paced stream while large prompts arrive.
 * ``soak``: many streams for a bounded time, every stream checked, memory before and after.
 * ``micro``: the app's per-token CPU in one process, and the tool-call parsers' cost per feed.
+* ``embeddings``: inputs/s through ``/v1/embeddings`` at several batch sizes, against the floor.
 
 ``--variant NAME=TREE_PATH[:ENV=VAL,...]`` (repeatable) names the gateways to compare; the
 default is the repository itself, ``this``.
@@ -75,6 +76,11 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also each variant with OpenTelemetry traces on, exported to a sink (the cost of tracing)",
     )
+    embeddings = command("embeddings", "inputs/s through /v1/embeddings by batch size, against the direct gRPC floor")
+    embeddings.add_argument("--batches", default="1,16,128", help="inputs per request, comma-separated")
+    embeddings.add_argument("--concurrency", type=int, default=4, help="requests in flight")
+    embeddings.add_argument("--duration", type=float, default=10.0, help="measured seconds per run")
+    embeddings.add_argument("--warmup", type=float, default=2.0, help="seconds of load before the window opens")
     return top
 
 
@@ -108,6 +114,10 @@ def run(args: argparse.Namespace, variants: list[Variant], report: Report) -> in
         from bench import soak
 
         status = soak.run(args, variants, report)
+    elif args.command == "embeddings":
+        from bench import embeddings
+
+        embeddings.run(args, variants, report)
     else:
         from bench import micro
 

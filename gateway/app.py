@@ -32,7 +32,7 @@ from gateway.http.errors import install_error_handlers
 from gateway.http.head import HeadAsGetMiddleware
 from gateway.http.rejections import RejectionCountMiddleware
 from gateway.http.request_id import RequestIdMiddleware
-from gateway.http.routes import chat, completions, health, messages, metrics, models, responses, tokenize
+from gateway.http.routes import chat, completions, embeddings, health, messages, metrics, models, responses, tokenize
 from gateway.http.security import ApiKeyMiddleware, BodySizeLimitMiddleware
 from gateway.http.tracing import TracingMiddleware
 from gateway.images.fetch import FetchRules, ImageFetcher
@@ -154,6 +154,7 @@ def create_app(settings: Settings, backend: Backend | None = None) -> FastAPI:
     app.include_router(responses.router)
     app.include_router(messages.router)
     app.include_router(tokenize.router)
+    app.include_router(embeddings.router)
     if settings.metrics_enabled:
         app.include_router(metrics.router)
     # Middleware runs outermost-last-added: request id → the trace's server span (tracing on) →

@@ -143,6 +143,15 @@ class ModelFiles(BaseModel):
     parts (``{"type": "text", ...}``, ``{"type": "image"}``) for templates that loop over content;
     ``string``, the text with ``image_placeholder`` where each image was. ``auto``: ``openai`` when
     the template loops over a message's content, else ``string``."""
+    runner: Literal["generate", "pooling"] | None = None
+    """What the model runs, by vLLM's ``--runner`` names: ``pooling`` serves ``/v1/embeddings``
+    (its Triton config must declare the ``embedding_request`` input), ``generate`` does not. Unset:
+    ``model.json``'s ``runner`` (or ``convert: "embed"``), else a model declaring
+    ``embedding_request`` but no ``text_input`` embeds."""
+    matryoshka_dimensions: list[int] | None = None
+    """The output sizes ``dimensions`` may ask of this embedding model (vLLM's
+    ``matryoshka_dimensions``). Unset: ``model.json``'s ``hf_overrides`` say; none there means
+    ``dimensions`` is refused with 400."""
 
     @field_validator("tool_call_parser")
     @classmethod
@@ -389,6 +398,10 @@ class Settings(BaseSettings):
 
     max_n: int = Field(default=16, ge=1)
     """Largest ``n`` (choices per prompt) accepted."""
+
+    max_embedding_inputs: int = Field(default=2048, ge=1)
+    """Most inputs in one ``/v1/embeddings`` request (OpenAI's own cap is 2048); each is one
+    Triton call, all sent at once."""
 
     max_tokens_limit: int | None = Field(default=None, ge=1)
     """Cap on ``max_tokens`` for every model: larger requests get 400, the default is clamped."""

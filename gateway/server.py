@@ -94,9 +94,10 @@ def try_hint(base: str, models: list[ServedModel]) -> str:
     """A curl command line for a text model that is served, or why there is none.
 
     Only models taking ``text_input`` (the vLLM and TensorRT-LLM contracts) can be called through
-    the gateway; a chat template picks the chat endpoint, otherwise plain completions.
+    the gateway, and of those only the ones that generate (not embedding models); a chat template
+    picks the chat endpoint, otherwise plain completions.
     """
-    text_models = [m for m in models if TEXT_INPUT in m.inputs]
+    text_models = [m for m in models if TEXT_INPUT in m.inputs and not m.embeds]
     if not text_models:
         return f"no text-generation model is ready in Triton yet ({base}/v1/models lists what is served)"
     chat = sorted(m.name for m in text_models if m.template is not None)

@@ -48,7 +48,13 @@ FIRST_TOKEN = "gen_ai.first_token"
 LAST_TOKEN = "gen_ai.last_token"
 """Events on the server span: the first and the last response from the backend."""
 
-OPERATIONS = {"chat": "chat", "responses": "chat", "messages": "chat", "completions": "text_completion"}
+OPERATIONS = {
+    "chat": "chat",
+    "responses": "chat",
+    "messages": "chat",
+    "completions": "text_completion",
+    "embeddings": "embeddings",
+}
 """The gateway's endpoint label → ``gen_ai.operation.name``."""
 
 _SAMPLING_ATTRIBUTES = (

@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 
-from gateway.backend.types import BackendModel, GenerationChunk, GenerationRequest
+from gateway.backend.types import BackendModel, Embedding, EmbeddingRequest, GenerationChunk, GenerationRequest
 
 
 @dataclass
@@ -40,6 +40,12 @@ class ScriptedBackend:
 
     def abort_all(self, error: Exception) -> int:
         return 0
+
+    async def embed(self, request: EmbeddingRequest) -> Embedding:
+        """A vector of the input's length, so order is visible."""
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        return Embedding([float(len(request.input)), 0.0], len(request.input))
 
     def generate(self, request: GenerationRequest) -> FakeStream:
         return FakeStream(self.stream(request))

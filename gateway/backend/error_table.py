@@ -93,6 +93,14 @@ MESSAGE_RULES: tuple[MessageRule, ...] = (
         ContextLengthExceededError,
         param="messages",
     ),
+    # An embedding request to a model vLLM runs as a generator: the vLLM backend's "Model <m> does
+    # not support 'embed' request" (the gateway found no runner in model.json and was told none).
+    MessageRule(
+        "unsupported-task",
+        re.compile(r"does not support 'embed' request"),
+        InvalidRequestError,
+        param="model",
+    ),
     # An empty prompt: vLLM's input processor, "The decoder prompt cannot be empty"; tiny-llm the same.
     MessageRule("empty-prompt", re.compile(r"prompt cannot be empty"), InvalidRequestError),
     # Sampling parameters vLLM refused, its reason swallowed: the vLLM backend's

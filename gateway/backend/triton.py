@@ -30,7 +30,13 @@ from gateway.backend.contracts.trtllm import (
     is_trtllm,
     parse_trtllm_outputs,
 )
-from gateway.backend.contracts.vllm import infer_request_bytes, parse_vllm_outputs, vllm_outputs_plan
+from gateway.backend.contracts.vllm import (
+    build_embedding_request,
+    infer_request_bytes,
+    parse_vllm_outputs,
+    read_embedding,
+    vllm_outputs_plan,
+)
 from gateway.backend.error_table import classify_rpc_error, classify_stream_error
 from gateway.backend.handoff import HandOffStream
 from gateway.backend.stream_messages import StreamReader
@@ -45,7 +51,7 @@ from gateway.backend.transport.base import (
 from gateway.backend.transport.h2 import H2Transport, Keepalive
 from gateway.backend.transport.h2conn import DEFAULT_MAX_MESSAGE_BYTES
 from gateway.backend.transport.tls import TritonTLS
-from gateway.backend.types import BackendModel, GenerationChunk, GenerationRequest
+from gateway.backend.types import BackendModel, Embedding, EmbeddingRequest, GenerationChunk, GenerationRequest
 from gateway.errors import BackendTimeoutError, BackendUnavailableError, GatewayError
 from gateway.tracing import CallSpan, current_trace
 
@@ -167,6 +173,44 @@ class TritonBackend:
 
     def generate(self, request: GenerationRequest) -> TritonStream:
         return TritonStream(self, request)
+
+    async def embed(self, request: EmbeddingRequest) -> Embedding:
+        """One ``ModelStreamInfer`` call, read to its end. Retried once when Triton provably never
+        started it, as a generation is; reset if the awaiting task is cancelled (the client
+        left, or another input of its request failed) or the deadline passes."""
+        if self._stub is None:
+            raise BackendUnavailableError("the Triton client is not started")
+        message = build_embedding_request(request).SerializeToString()
+        for attempt in (0, 1):
+            chunks: list[GenerationChunk] = []
+            reader = vllm_reader()
+            try:
+                call = await self._transport.open(STREAM_INFER_PATH, message, reader, request.deadline)
+            except CallError as exc:
+                raise classify_rpc_error(exc) from exc
+            self._active.add(call)
+            try:
+                remaining = None if request.deadline is None else max(0.0, request.deadline - time.monotonic())
+                async with asyncio.timeout(remaining):
+                    async for batch in call:
+                        chunks.extend(batch)
+                        if reader.final:  # the vector is in: Triton's trailers need not be waited for
+                            break
+            except CallError as exc:
+                if exc.retryable and attempt == 0 and not chunks:
+                    logger.info("retrying an embedding Triton did not start: %s", exc.details)
+                    continue
+                raise classify_rpc_error(exc) from exc
+            except TimeoutError:
+                raise BackendTimeoutError("the request's deadline passed before the backend finished") from None
+            finally:
+                self._active.discard(call)
+                if reader.final:  # as a generation's: left to end with its trailers, reset if they do not come
+                    asyncio.get_running_loop().call_later(TRAILERS_GRACE, call.cancel)
+                else:
+                    call.cancel()
+            return read_embedding(chunks)
+        raise AssertionError("unreachable")  # pragma: no cover
 
 
 class TritonStream(HandOffStream):

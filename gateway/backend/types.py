@@ -6,7 +6,7 @@ the per-token path, so it must cost no validation. Nothing here knows OpenAI's w
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
@@ -68,6 +68,30 @@ class GenerationChunk(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
+class EmbeddingRequest:
+    """One input to embed: one backend call, answered with one vector."""
+
+    request_id: str
+    model: str
+    input: str | Sequence[int]
+    """The text, or its token ids (already checked against the vocabulary)."""
+    dimensions: int | None = None
+    """Matryoshka output size; None: the model's own."""
+    deadline: float | None = None
+    inputs: frozenset[str] = frozenset()
+    """The model's declared input tensors (a vLLM-backend model requires ``text_input`` too)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Embedding:
+    """What the backend answered for one input."""
+
+    vector: list[float]
+    prompt_tokens: int | None
+    """Tokens the model read (``num_input_tokens``), when the backend reports it."""
+
+
+@dataclass(frozen=True, slots=True)
 class BackendModel:
     """A model the backend serves and is ready to run."""
 
@@ -109,6 +133,10 @@ class Backend(Protocol):
 
     def abort_all(self, error: Exception) -> int:
         """Cancel every generation in flight; each raises ``error`` to its consumer."""
+        ...
+
+    async def embed(self, request: EmbeddingRequest) -> Embedding:
+        """One input's pooled vector: one call, cancelled if the awaiting task is."""
         ...
 
     def generate(self, request: GenerationRequest) -> GenerationStream:

@@ -18,8 +18,10 @@ ENDPOINTS = {
     "/v1/completions": "completions",
     "/v1/responses": "responses",
     "/v1/messages": "messages",
+    "/v1/embeddings": "embeddings",
 }
-"""The completion routes' paths → their ``endpoint`` label (``GenerationPlan.endpoint``)."""
+"""The counted routes' paths → their ``endpoint`` label (``GenerationPlan.endpoint``,
+``core.embed.ENDPOINT``)."""
 
 _COUNTED = "counted_by_outcome"
 """``scope["state"]`` key set once the request's outcome exists: it counts the request then."""

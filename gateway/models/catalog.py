@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.backend.contracts.trtllm import is_trtllm
+from gateway.backend.contracts.vllm import EMBEDDING_REQUEST, TEXT_INPUT
 from gateway.backend.types import Backend, BackendModel
 from gateway.config import ModelFiles
 from gateway.errors import GatewayError
@@ -71,6 +72,10 @@ class ServedModel:
     """Messages with images reach the chat template as lists of parts (``{"type": "image"}``),
     not as text with ``image_placeholder`` (``model_files``' ``chat_template_content_format``,
     else whether the template loops over content)."""
+    embeds: bool = False
+    """Serves ``/v1/embeddings`` (``embeds_by``): takes ``embedding_request`` and runs pooling."""
+    matryoshka_dimensions: tuple[int, ...] | None = None
+    """The sizes ``dimensions`` may ask for (``()``: any); None: ``dimensions`` is refused."""
     created: int = field(default_factory=lambda: int(time.time()))
 
     @property
@@ -85,6 +90,19 @@ def _image_parts(override: ModelFiles | None, template: ChatTemplate | None) -> 
     if content_format == "auto":
         return template is not None and template.loops_over_content
     return content_format == "openai"
+
+
+def embeds_by(inputs: frozenset[str], setting: str | None, model_json: str | None) -> bool:
+    """Whether a model serves embeddings. Triton's vLLM backend declares ``embedding_request`` on
+    every model, generating or not, so the tensor alone does not say: the ``model_files``
+    setting's ``runner`` wins, then ``model.json``'s (what vLLM was told to run), and a model
+    with ``embedding_request`` but no ``text_input`` (an embedding-only model) embeds."""
+    if EMBEDDING_REQUEST not in inputs:
+        return False
+    runner = setting or model_json
+    if runner is not None:
+        return runner == "pooling"
+    return TEXT_INPUT not in inputs
 
 
 class ModelCatalog:
@@ -201,6 +219,12 @@ class ModelCatalog:
             vision=override.vision if override is not None and override.vision is not None else "image" in model.inputs,
             image_placeholder=override.image_placeholder if override is not None else "<image>",
             image_parts=_image_parts(override, template),
+            embeds=embeds_by(model.inputs, override.runner if override is not None else None, files.runner),
+            matryoshka_dimensions=(
+                tuple(override.matryoshka_dimensions)
+                if override is not None and override.matryoshka_dimensions is not None
+                else files.matryoshka_dimensions
+            ),
             created=previous.created if previous else int(time.time()),
         )
 

@@ -44,6 +44,12 @@ class LocalModelFiles:
     max_model_len: int | None = None
     tokenizer_ref: str | None = None
     """The tokenizer as ``model.json`` names it (a path or a hub id), found or not."""
+    runner: str | None = None
+    """``pooling`` when ``model.json`` makes vLLM run the model as an embedding model
+    (``"runner": "pooling"``, or ``"convert": "embed"``), ``generate`` when it says so; else None."""
+    matryoshka_dimensions: tuple[int, ...] | None = None
+    """The output sizes ``model.json``'s ``hf_overrides`` allow (``matryoshka_dimensions``); ``()``
+    with ``is_matryoshka`` and no list (any size); None: the model's full size only."""
 
 
 def resolve_tokenizer(
@@ -84,6 +90,25 @@ def _text(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
+def _runner(engine: dict[str, Any]) -> str | None:
+    """vLLM's engine args: ``runner`` (0.10 on), ``convert: "embed"``, or the older ``task``."""
+    runner = _text(engine.get("runner"))
+    if runner in ("pooling", "generate"):
+        return runner
+    if engine.get("convert") == "embed" or engine.get("task") == "embed":
+        return "pooling"
+    return None
+
+
+def _matryoshka(overrides: Any) -> tuple[int, ...] | None:
+    if not isinstance(overrides, dict):
+        return None
+    sizes = overrides.get("matryoshka_dimensions")
+    if isinstance(sizes, list) and all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in sizes):
+        return tuple(sizes)
+    return () if overrides.get("is_matryoshka") is True else None
+
+
 def read_local_model_files(repository: Path, name: str, sources: ModelFileSources | None = None) -> LocalModelFiles:
     """Look up ``name`` in a Triton model repository on disk; empty if it is not there."""
     sources = sources or ModelFileSources()
@@ -100,6 +125,8 @@ def read_local_model_files(repository: Path, name: str, sources: ModelFileSource
         revision = _text(engine.get("tokenizer_revision")) or _text(engine.get("revision"))
         max_len = engine.get("max_model_len")
         return LocalModelFiles(
+            runner=_runner(engine),
+            matryoshka_dimensions=_matryoshka(engine.get("hf_overrides")),
             tokenizer_dir=resolve_tokenizer(ref, revision, sources, version) if ref else None,
             adapters=tuple(sorted(str(k) for k in loras)),
             max_model_len=max_len if isinstance(max_len, int) and not isinstance(max_len, bool) else None,

@@ -167,8 +167,9 @@ class TokenCounter:
         self._threads = threads
         self._pool: ThreadPoolExecutor | None = None
 
-    async def count(self, count: Callable[[str], int], prompt: str) -> int:
-        """``count(prompt)``, in place for a short prompt, else on a pool thread."""
+    async def count(self, count: Callable[[str], _T], prompt: str) -> _T:
+        """``count(prompt)``, in place for a short prompt, else on a pool thread (a count, or
+        the token ids themselves: embeddings' truncation)."""
         return await self.run(count, prompt, len(prompt))
 
     async def run(self, work: Callable[[_A], _T], argument: _A, chars: int) -> _T:

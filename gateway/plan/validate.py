@@ -31,6 +31,11 @@ from gateway.plan.requests import ChatCompletionRequest, CompletionRequest, Samp
 
 def check_request(body: SamplingFields, model: ServedModel, settings: Settings) -> None:
     """Every check here but the prompt's (``budget.py`` makes those, per prompt)."""
+    if model.embeds:
+        raise InvalidRequestError(
+            f"The model '{model.name}' is an embedding model (run as pooling): it serves /v1/embeddings only.",
+            param="model",
+        )
     vocab = model.tokenizer.get_vocab_size() if model.tokenizer is not None else None
     if body.allowed_token_ids is not None and not body.allowed_token_ids:
         raise InvalidRequestError("allowed_token_ids is not None and empty!", param="allowed_token_ids")

@@ -39,7 +39,9 @@ def test_embedded_mode_serves_the_tiny_model_and_stops_triton(tmp_path: Path) ->
         assert wait_for(lambda: answers_ok(url + "/health/ready"), timeout=90, interval=0.3), log.read_text()
         with openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0) as sdk:
             models = {m.id for m in sdk.models.list().data}
-            assert {"tiny-llm", "tiny-llm:alpha", "tiny-llm:beta"} <= models
+            assert {"tiny-llm", "tiny-llm:alpha", "tiny-llm:beta", "tiny-llm-embed"} <= models
+            embedded = sdk.embeddings.create(model="tiny-llm-embed", input="Hi")
+            assert len(embedded.data[0].embedding) == 128 and embedded.usage.prompt_tokens > 0
             chunks = list(
                 sdk.chat.completions.create(
                     model="tiny-llm",

@@ -18,7 +18,7 @@ from fastapi.routing import APIRoute
 from gateway.app import create_app
 from gateway.config import Settings
 from gateway.http.direct import DIRECT_ROUTES
-from gateway.http.routes import chat, completions, messages, responses
+from gateway.http.routes import chat, completions, embeddings, messages, responses
 from tests.fakes import ScriptedBackend, text_chunks
 from tests.unit.test_app import call, make_repo
 
@@ -33,7 +33,7 @@ def anyio_backend() -> str:
 
 
 def test_each_direct_route_is_the_declared_post_route_with_its_body_model(tmp_path: Path) -> None:
-    routers = (chat.router, completions.router, responses.router, messages.router)
+    routers = (chat.router, completions.router, responses.router, messages.router, embeddings.router)
     declared = {
         r.path: r for router in routers for r in router.routes if isinstance(r, APIRoute) and "POST" in r.methods
     }

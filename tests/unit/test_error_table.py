@@ -83,6 +83,8 @@ VLLM_LOGIT_BIAS_OUT_OF_VOCAB = (
 # The vLLM backend's _verify_loras for a model loaded without enable_lora, and its health check.
 VLLM_LORA_OFF = "LoRA feature is not enabled."
 VLLM_UNHEALTHY = "Model is unavailable due to unhealthy vLLM engine"
+# The vLLM backend's _validate_request_task_name: an embedding_request to a generating model.
+VLLM_NOT_EMBEDDING = "Error generating stream: Model tiny-llm does not support 'embed' request"
 # Triton's model repository manager once every version of the model is unloaded.
 TRITON_NO_VERSIONS = "Request for unknown model: 'tiny-llm' has no available versions"
 # Triton's Python backend, for a BLS call (a TensorRT-LLM BLS model's) to a model that is not ready.
@@ -127,6 +129,7 @@ REAL = [
     Case("named-parameter", VLLM_STOP_TOKEN_OUT_OF_VOCAB, InvalidRequestError, "stop_token_ids"),
     Case("named-parameter", VLLM_STOP_TOKEN_NEGATIVE, InvalidRequestError, "stop_token_ids"),
     Case("named-parameter", VLLM_LOGIT_BIAS_OUT_OF_VOCAB, InvalidRequestError, "logit_bias"),
+    Case("unsupported-task", VLLM_NOT_EMBEDDING, InvalidRequestError, "model"),
     Case("unhealthy-engine", VLLM_UNHEALTHY, BackendUnreachableError, None),
     Case("model-not-served", TRITON_UNKNOWN_MODEL, BackendUnavailableError, None),
     Case("model-not-served", TRITON_UNKNOWN_VERSION, BackendUnavailableError, None),

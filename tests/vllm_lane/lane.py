@@ -68,6 +68,51 @@ def build_repository(where: Path, model: str = str(WEIGHTS), adapters: dict[str,
     return where
 
 
+EMBED_MODEL = "tiny-llm-embed"
+EMBED_ARGS: dict[str, object] = {
+    "dtype": "float32",
+    "enforce_eager": True,
+    "max_model_len": MAX_MODEL_LEN,
+    "runner": "pooling",
+    "convert": "embed",
+    "seed": 0,
+}
+"""tiny-llm's weights as vLLM runs a causal LM for embeddings: LAST pooling, normalized."""
+MATRYOSHKA = [32, 64, 128]
+REFERENCE_EMBED_MODEL = "reference-embed"
+"""The project's own embedding model (``triton_models/reference/tiny-llm-embed``), served beside
+the vLLM backend's, so the lane holds its vectors to vLLM's too."""
+
+
+def build_embedding_repository(where: Path) -> Path:
+    """A repository serving tiny-llm's weights as an embedding model through the real vLLM backend
+    (``runner: pooling``), with matryoshka sizes given as vLLM takes them (``hf_overrides``)."""
+    version = where / EMBED_MODEL / "1"
+    version.mkdir(parents=True)
+    (where / EMBED_MODEL / "config.pbtxt").write_text(CONFIG_PBTXT)
+    (version / "model.py").symlink_to(PEER / "model.py")
+    (version / "utils").symlink_to(PEER / "utils", target_is_directory=True)
+    engine = {"model": str(WEIGHTS), **EMBED_ARGS, "hf_overrides": {"matryoshka_dimensions": MATRYOSHKA}}
+    (version / "model.json").write_text(json.dumps(engine, indent=2))
+    reference = ROOT / "triton_models" / "reference" / "tiny-llm-embed"
+    (where / REFERENCE_EMBED_MODEL).symlink_to(reference, target_is_directory=True)
+    return where
+
+
+def spawn_vllm_embedding(log: Path) -> Server:
+    """vLLM's OpenAI server running the same weights for embeddings (not waited for)."""
+    flags: list[str] = []
+    for key, value in EMBED_ARGS.items():
+        flag = "--" + key.replace("_", "-")
+        flags.extend([flag] if value is True else [flag, str(value)])
+    command = [
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(WEIGHTS), "--served-model-name", EMBED_MODEL, "--host", "127.0.0.1", *flags,
+        "--hf-overrides", json.dumps({"matryoshka_dimensions": MATRYOSHKA}),
+    ]  # fmt: skip
+    return _spawn("vllm embeddings", command, log, ENGINE_ENV)
+
+
 def start_triton(repository: Path, workdir: Path) -> TritonServer:
     """tritonserver as the embedded mode starts it (UTF-8 stubs, auto-complete); the caller stops it."""
     server = TritonServer(

@@ -16,7 +16,7 @@ import orjson
 from tritonclient.grpc import service_pb2
 
 from gateway.backend.contracts.tensors import Outputs, ReadRaws, add_tensor, pack_bytes, split_bytes
-from gateway.backend.types import GenerationChunk, GenerationRequest
+from gateway.backend.types import Embedding, EmbeddingRequest, GenerationChunk, GenerationRequest
 from gateway.errors import BackendError
 
 # Tensor names of the vLLM-backend contract.
@@ -34,6 +34,7 @@ FINISH_REASON = "finish_reason"
 NUM_INPUT_TOKENS = "num_input_tokens"
 NUM_OUTPUT_TOKENS = "num_output_tokens"
 LOGPROBS = "logprobs"
+EMBEDDING_REQUEST = "embedding_request"
 
 
 def _bool(value: bool) -> bytes:
@@ -211,3 +212,35 @@ def vllm_outputs_plan(outputs: Outputs) -> ReadRaws | None:
         )
 
     return read
+
+
+def build_embedding_request(request: EmbeddingRequest) -> Any:
+    """The one ``ModelInferRequest`` of an embedding: ``embedding_request`` is a JSON object
+    ``{"input": text or token ids, "pooling_params": {"dimensions": [d]}}`` (the backend reads
+    ``dimensions[0]``, and nothing else of ``pooling_params``). The backend declares
+    ``text_input`` required even for embeddings, so an empty one goes along where the model
+    declares it; it is not read."""
+    infer = service_pb2.ModelInferRequest(model_name=request.model, id=request.request_id)
+    body: dict[str, Any] = {"input": request.input if isinstance(request.input, str) else list(request.input)}
+    if request.dimensions is not None:
+        body["pooling_params"] = {"dimensions": [request.dimensions]}
+    if TEXT_INPUT in request.inputs:
+        add_tensor(infer, TEXT_INPUT, "BYTES", [1], pack_bytes(b""))
+    add_tensor(infer, EMBEDDING_REQUEST, "BYTES", [1], pack_bytes(orjson.dumps(body)))
+    add_tensor(infer, RETURN_NUM_INPUT_TOKENS, "BOOL", [1], _bool(True))
+    return infer
+
+
+def read_embedding(chunks: Sequence[GenerationChunk]) -> Embedding:
+    """The vector of an embedding call's responses: ``text_output`` of the final one holds a JSON
+    list of floats, ``num_input_tokens`` the tokens read."""
+    if not chunks or len(chunks[-1].text) != 1:
+        raise BackendError("the backend answered an embedding request without one text_output")
+    last = chunks[-1]
+    try:
+        vector = orjson.loads(last.text[0])
+    except orjson.JSONDecodeError:
+        raise BackendError("the backend's embedding is not JSON") from None
+    if not isinstance(vector, list) or not all(isinstance(x, int | float) for x in vector):
+        raise BackendError("the backend's embedding is not a list of numbers")
+    return Embedding(vector, last.num_input_tokens)

@@ -34,7 +34,15 @@ from typing import Protocol
 from gateway.backend.handoff import HandOffStream
 from gateway.backend.replicas.endpoints import resolve
 from gateway.backend.replicas.router import Choice, Route, Router
-from gateway.backend.types import Backend, BackendModel, GenerationChunk, GenerationRequest, GenerationStream
+from gateway.backend.types import (
+    Backend,
+    BackendModel,
+    Embedding,
+    EmbeddingRequest,
+    GenerationChunk,
+    GenerationRequest,
+    GenerationStream,
+)
 from gateway.config import EndpointSpec
 from gateway.errors import BackendUnavailableError, BackendUnreachableError, GatewayError
 from gateway.tracing import ROUTE, current_trace
@@ -293,6 +301,40 @@ class ReplicaPool:
 
     def generate(self, request: GenerationRequest) -> PoolStream:
         return PoolStream(self, request)
+
+    async def embed(self, request: EmbeddingRequest) -> Embedding:
+        """One input on the least loaded replica serving the model (no prompt prefix or session
+        to follow: an embedding leaves no cache worth returning to), and once more on another
+        when the first is unavailable, as a generation before its first token."""
+        tried: set[Replica] = set()
+        while True:
+            choice = self.router.choose(None, "", self._eligible(request.model, tried))
+            if choice is None:
+                raise BackendUnavailableError(
+                    f"no Triton replica serves the model '{request.model}' now", headers={"Retry-After": "1"}
+                )
+            replica = choice.replica
+            assert isinstance(replica, Replica)
+            replica.in_flight += 1
+            if self.observer is not None:
+                self.observer.routed(replica.address, choice.route.value, choice.home)
+                self.observer.replica_in_flight(replica.address, 1)
+            error: BaseException | None = None
+            try:
+                return await replica.backend.embed(request)
+            except BackendUnavailableError as exc:
+                error = exc
+                tried.add(replica)
+                if len(tried) > 1 or not self._eligible(request.model, tried):
+                    raise
+                logger.info("retrying an embedding elsewhere: %s failed (%s)", replica.address, exc.message)
+                if self.observer is not None:
+                    self.observer.retried(replica.address)
+            finally:
+                replica.in_flight -= 1
+                if self.observer is not None:
+                    self.observer.replica_in_flight(replica.address, -1)
+                self._failed(replica, request.model, error)
 
     def _failed(self, replica: Replica, model: str, error: BaseException | None) -> None:
         """What a generation's failure says of its replica: unreachable (ejected), or not serving
