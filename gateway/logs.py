@@ -41,6 +41,7 @@ def log_request(record: RequestRecord, finished_at: float) -> None:
     line = {
         "request_id": record.request_id,
         "endpoint": record.endpoint,
+        "key": record.key,
         "model": record.model,
         "adapter": record.adapter,
         "stream": record.stream,

@@ -15,6 +15,7 @@ import time
 from gateway.core.assemble import Usage
 from gateway.core.generation_plan import GenerationPlan
 from gateway.errors import BackendTimeoutError, GatewayError, ShuttingDownError
+from gateway.keys.context import current_key
 from gateway.logs import log_request
 from gateway.metrics import GapTally, Metrics, RequestRecord
 
@@ -27,7 +28,7 @@ waits for the edge to write."""
 class RequestOutcome:
     """Status, cancel reason, error type, usage and timings of one request."""
 
-    __slots__ = ("record", "finished", "backend_started", "_metrics", "_gap", "_gaps", "_log")
+    __slots__ = ("record", "finished", "backend_started", "_metrics", "_gap", "_gaps", "_log", "_key")
 
     def __init__(self, plan: GenerationPlan, metrics: Metrics, *, log: bool) -> None:
         self.record = RequestRecord(
@@ -38,6 +39,10 @@ class RequestOutcome:
             stream=plan.stream,
             placement=plan.requests[0].placement if plan.requests else None,
         )
+        self._key = current_key.get()
+        """The request's API key: its name labels the metrics, and its tokens are charged to it."""
+        if self._key is not None:
+            self.record.key = self._key.policy.name
         self.finished = False
         self.backend_started = False
         """Set once the backend was asked to generate: a shutdown then cancels real work."""
@@ -101,6 +106,8 @@ class RequestOutcome:
             record.prompt_tokens, record.completion_tokens = usage.prompt_tokens, usage.completion_tokens
         if self._gap is not None:
             self._gap.flush()
+        if self._key is not None:
+            self._key.charge(record.prompt_tokens + record.completion_tokens)
         self._metrics.finish(record)
         if self._log:
             log_request(record, time.perf_counter())

@@ -134,6 +134,7 @@ def test_request_log_line_is_written_once_with_the_outcome(caplog: pytest.LogCap
     assert set(line) == {
         "request_id",
         "endpoint",
+        "key",
         "model",
         "adapter",
         "stream",

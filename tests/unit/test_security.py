@@ -23,6 +23,7 @@ from gateway.app import create_app
 from gateway.config import Settings
 from gateway.http import security
 from gateway.http.security import ApiKeyMiddleware, BodySizeLimitMiddleware, key_matches
+from gateway.keys.policy import KeyRing
 from tests.fakes import ScriptedBackend, text_chunks
 
 pytestmark = pytest.mark.anyio
@@ -95,7 +96,7 @@ def assert_openai_error(response: httpx.Response, status: int, error_type: str, 
 
 def guarded(protect_metrics: bool = False) -> tuple[ApiKeyMiddleware, Recorder]:
     inner = Recorder()
-    return ApiKeyMiddleware(inner, keys=frozenset({"sk-one", "sk-two"}), protect_metrics=protect_metrics), inner
+    return ApiKeyMiddleware(inner, ring=KeyRing({"sk-one", "sk-two"}, None), protect_metrics=protect_metrics), inner
 
 
 async def get(app: Any, path: str, authorization: str | None = None, method: str = "GET") -> httpx.Response:
@@ -339,7 +340,7 @@ async def test_non_http_scopes_pass_through() -> None:
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         seen.append(scope["type"])
 
-    for middleware in (BodySizeLimitMiddleware(app, limit=1), ApiKeyMiddleware(app, frozenset({"k"}), True)):
+    for middleware in (BodySizeLimitMiddleware(app, limit=1), ApiKeyMiddleware(app, KeyRing({"k"}, None), True)):
         await middleware({"type": "lifespan"}, None, None)  # type: ignore[arg-type]
     assert seen == ["lifespan", "lifespan"]
 
