@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Protocol
 
 from gateway.core.assemble import Usage
 from gateway.core.generation_plan import GenerationPlan
@@ -25,10 +26,33 @@ request, or a stream awaiting Triton), or the stream's generation is closed (``a
 waits for the edge to write."""
 
 
+class UsageSource(Protocol):
+    """What a running request has spent so far (``core.assemble.RequestAssembler``)."""
+
+    @property
+    def usage(self) -> Usage: ...
+
+
+CHARGE_INTERVAL = 0.5
+"""Seconds between charges of a running request's tokens to its key's token limit."""
+
+
 class RequestOutcome:
     """Status, cancel reason, error type, usage and timings of one request."""
 
-    __slots__ = ("record", "finished", "backend_started", "_metrics", "_gap", "_gaps", "_log", "_key")
+    __slots__ = (
+        "record",
+        "finished",
+        "backend_started",
+        "_metrics",
+        "_gap",
+        "_gaps",
+        "_log",
+        "_key",
+        "_metered",
+        "_charged",
+        "_charged_at",
+    )
 
     def __init__(self, plan: GenerationPlan, metrics: Metrics, *, log: bool) -> None:
         self.record = RequestRecord(
@@ -41,6 +65,10 @@ class RequestOutcome:
         )
         self._key = current_key.get()
         """The request's API key: its name labels the metrics, and its tokens are charged to it."""
+        self._metered = self._key is not None and self._key.meters_tokens
+        """Charge the key's tokens while the request runs (a key with ``tpm``)."""
+        self._charged = 0
+        self._charged_at = self.record.started
         if self._key is not None:
             self.record.key = self._key.policy.name
         self.finished = False
@@ -52,9 +80,14 @@ class RequestOutcome:
         """Inter-token gaps are what a stream's client sees; a non-streaming client sees none."""
         self._log = log
 
-    def responded(self) -> None:
-        """A batch of backend responses arrived: the first token's time, then each gap (streams)."""
+    def responded(self, run: UsageSource | None = None) -> None:
+        """A batch of backend responses arrived: the first token's time, then each gap (streams).
+        ``run``: its usage so far is charged to a key with a token limit every
+        ``CHARGE_INTERVAL`` (a long stream spends its key's budget as it goes, not at its end)."""
         now = time.perf_counter()
+        if self._metered and run is not None and now - self._charged_at >= CHARGE_INTERVAL:
+            self._charge(run.usage.total_tokens)
+            self._charged_at = now
         record = self.record
         last = record.last_token
         if last is None:
@@ -94,6 +127,13 @@ class RequestOutcome:
             return "shutdown"
         return None
 
+    def _charge(self, total: int) -> None:
+        """Charge the key the tokens spent since the last charge."""
+        assert self._key is not None
+        if total > self._charged:
+            self._key.charge(total - self._charged)
+            self._charged = total
+
     def _finish(self, status: int, cancel_reason: str | None, error_type: str | None, usage: Usage | None) -> None:
         if self.finished:
             return
@@ -106,8 +146,8 @@ class RequestOutcome:
             record.prompt_tokens, record.completion_tokens = usage.prompt_tokens, usage.completion_tokens
         if self._gap is not None:
             self._gap.flush()
-        if self._key is not None:
-            self._key.charge(record.prompt_tokens + record.completion_tokens)
+        if self._metered:
+            self._charge(record.prompt_tokens + record.completion_tokens)
         self._metrics.finish(record)
         if self._log:
             log_request(record, time.perf_counter())

@@ -22,8 +22,12 @@ class RequestKey:
     policy: KeyPolicy
     limits: LimitStore | None = None
 
+    @property
+    def meters_tokens(self) -> bool:
+        return self.limits is not None and self.policy.tpm > 0
+
     def charge(self, tokens: int) -> None:
-        if self.limits is not None and tokens > 0 and self.policy.tpm:
+        if self.limits is not None and tokens > 0:
             self.limits.charge(self.policy, tokens)
 
 

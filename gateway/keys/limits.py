@@ -7,8 +7,9 @@ process (``MemoryLimits``), the workers of one gateway (``FileLimits``: one SQLi
 many gateways (``RedisLimits``). The cost is the known one of fixed windows: a key may spend its
 budget at the end of one minute and again at the start of the next.
 
-Tokens are charged when a request ends, prompt and completion together: a stream that runs past
-the budget is not cut off, and the key's next request is refused until the window turns.
+Tokens are charged as a request spends them, prompt and completion together (every half second
+while it runs, and the rest when it ends): a stream that runs past the budget is not cut off, and
+the key's next request is refused until the window turns.
 """
 
 from __future__ import annotations
