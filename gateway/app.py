@@ -179,7 +179,7 @@ def create_app(settings: Settings, backend: Backend | None = None) -> FastAPI:
     # auth → body limit → the generating routes (http.direct) → FastAPI.
     app.add_middleware(DirectRoutes, components=components)
     app.add_middleware(BodySizeLimitMiddleware, limit=settings.max_body_bytes)
-    if len(ring):
+    if len(ring) or ring.path is not None:  # a key file, even one without keys yet, closes the gateway
         app.add_middleware(
             ApiKeyMiddleware,
             ring=ring,

@@ -323,3 +323,56 @@ def test_model_allowed_follows_the_requests_key() -> None:
         assert not model_allowed("other", "other")
     finally:
         current_key.reset(token)
+
+
+# -- Redis ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def redis_url(tmp_path: Path) -> Any:
+    from tests.redis_server import RedisServer
+
+    server = RedisServer(tmp_path / "redis")
+    server.start()
+    yield server.url
+    server.stop()
+
+
+async def test_redis_counts_as_memory_does(redis_url: str) -> None:
+    from gateway.keys.limits import RedisLimits
+
+    first = RedisLimits(redis_url, fail="closed", timeout=1.0)
+    second = RedisLimits(redis_url, fail="closed", timeout=1.0)  # another gateway
+    policy = KeyPolicy("x", rpm=3, tpm=50, max_concurrent=2)
+    a, b = await first.admit(policy), await second.admit(policy)
+    assert (a.refused, a.requests, b.refused, b.requests) == (None, 1, None, 2)
+    assert 0 < a.reset <= 60
+    assert (await first.admit(policy)).refused == "concurrency"
+    await second.release(policy)
+    assert (await first.admit(policy)).requests == 3
+    await first.release(policy)
+    assert (await second.admit(policy)).refused == "requests"
+    first.charge(policy, 70)
+    await first.close()  # waits for the charge
+    other = KeyPolicy("y", tpm=50)
+    second.charge(other, 70)
+    await asyncio.sleep(0.2)
+    assert (await second.admit(other)).refused == "tokens"
+    await second.close()
+
+
+async def test_redis_down_fails_open_or_closed(tmp_path: Path) -> None:
+    from gateway.keys.limits import LimitUnavailable, RedisLimits
+    from gateway.triton_launcher import free_port
+
+    url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    policy = KeyPolicy("x", rpm=1)
+    opened = RedisLimits(url, fail="open", timeout=0.2)
+    admit = await opened.admit(policy)
+    assert admit.refused is None and not admit.counted and rate_headers(policy, admit) == []
+    closed = RedisLimits(url, fail="closed", timeout=0.2)
+    with pytest.raises(LimitUnavailable) as refused:
+        await closed.admit(policy)
+    assert (refused.value.status_code, refused.value.code) == (503, "rate_limiter_unavailable")
+    await opened.close()
+    await closed.close()
