@@ -167,12 +167,15 @@ class MemoryLimits:
 
 class FileLimits:
     """The counters of every worker of one gateway, in one SQLite file they all open: each
-    admission is one ``BEGIN IMMEDIATE`` transaction (SQLite's file lock), so workers count
-    exactly together. A few tens of µs per limited request, on the event loop."""
+        admission is one ``BEGIN IMMEDIATE`` transaction (SQLite's file lock), so workers count
+        exactly together. On the event loop: about 40 µs a step (admission, a charge, the release),
+    ~120-150 µs for a request of a limited key on a 2-CPU machine, against ~4 µs in memory; WAL and
+    no fsync (the counters matter only while the gateway runs)."""
 
     def __init__(self, path: Path) -> None:
         self._db = sqlite3.connect(path, isolation_level=None, timeout=5.0, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=OFF")  # counters of the running gateway: nothing to keep
         self._db.execute(
             "CREATE TABLE IF NOT EXISTS key_counts (name TEXT PRIMARY KEY, win INTEGER NOT NULL, "
             "requests INTEGER NOT NULL, tokens INTEGER NOT NULL, concurrent INTEGER NOT NULL)"
