@@ -1,7 +1,8 @@
 #!/bin/sh
 # Build the gateway's wheel and install it, with only its runtime dependencies and the "speed"
-# (uvloop, httptools) and "postgres" (psycopg with its binary libpq, and its pool) extras, into a
-# fresh virtual environment: one image serves a SQLite responses store and a PostgreSQL one.
+# (uvloop, httptools), "postgres" (psycopg with its binary libpq, and its pool) and "redis" (key
+# limits shared by every pod) extras, into a fresh virtual environment: one image serves a SQLite
+# responses store and a PostgreSQL one, with key limits counted alone or in Redis.
 # No torch, no Triton.
 #
 #   install-gateway.sh SOURCE_DIR VENV_DIR WHEEL_DIR
@@ -27,5 +28,5 @@ if [ "$#" -ne 1 ] || [ ! -f "$1" ]; then
     echo "expected exactly one gateway wheel in $wheel_dir, found: $*" >&2
     exit 1
 fi
-"$venv_dir/bin/python" -m pip install --disable-pip-version-check "$1[speed,postgres]"
+"$venv_dir/bin/python" -m pip install --disable-pip-version-check "$1[speed,postgres,redis]"
 "$venv_dir/bin/python" -m pip check
