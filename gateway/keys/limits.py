@@ -294,11 +294,15 @@ class RedisLimits:
         self._tasks: set[asyncio.Task[None]] = set()
         self._warned = 0.0
 
-    def _down(self, exc: Exception) -> None:
+    def _warn(self, message: str, *args: object) -> None:
+        """A warning at most every 10 s: a Redis that is down would otherwise log every request."""
         now = time.monotonic()
         if now - self._warned > 10:
             self._warned = now
-            logger.warning("key limits: Redis unreachable (%s); failing %s", exc, self._fail)
+            logger.warning(message, *args)
+
+    def _down(self, exc: Exception) -> None:
+        self._warn("key limits: Redis unreachable (%s); failing %s", exc, self._fail)
         if self._fail == "closed":
             raise LimitUnavailable(
                 "The rate limiter is unavailable; retry later.", headers={"Retry-After": "1"}
@@ -323,7 +327,7 @@ class RedisLimits:
         try:
             await self._release(keys=[self._prefix + str(policy.name)])
         except (redis.RedisError, OSError) as exc:
-            logger.warning("key limits: could not release a slot of %s in Redis (%s)", policy.name, exc)
+            self._warn("key limits: could not release a slot of %s in Redis (%s)", policy.name, exc)
 
     def charge(self, policy: KeyPolicy, tokens: int) -> None:
         task = asyncio.get_running_loop().create_task(self._send_charge(policy, tokens))
@@ -336,7 +340,7 @@ class RedisLimits:
         try:
             await self._charge(keys=[self._prefix + str(policy.name)], args=[tokens])
         except (redis.RedisError, OSError) as exc:
-            logger.warning("key limits: could not charge %d tokens to %s in Redis (%s)", tokens, policy.name, exc)
+            self._warn("key limits: could not charge %d tokens to %s in Redis (%s)", tokens, policy.name, exc)
 
     async def close(self) -> None:
         if self._tasks:
