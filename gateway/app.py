@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -36,6 +37,8 @@ from gateway.http.routes import chat, completions, embeddings, health, messages,
 from gateway.http.security import ApiKeyMiddleware, BodySizeLimitMiddleware
 from gateway.http.tracing import TracingMiddleware
 from gateway.images.fetch import FetchRules, ImageFetcher
+from gateway.keys.limits import FileLimits, LimitStore, MemoryLimits, RedisLimits
+from gateway.keys.policy import KeyFileError, KeyRing
 from gateway.metrics import Metrics
 from gateway.models.catalog import ModelCatalog
 from gateway.models.files import ModelFileSources
@@ -85,6 +88,46 @@ def image_fetcher(settings: Settings) -> ImageFetcher | None:
     return ImageFetcher(rules)
 
 
+def open_key_limits(settings: Settings) -> LimitStore:
+    """Where key limits are counted: Redis (every gateway), else a file every worker of this
+    gateway opens, else this process's memory."""
+    if settings.key_limits_redis_url:
+        return RedisLimits(
+            settings.key_limits_redis_url,
+            fail=settings.key_limits_redis_failure,
+            timeout=settings.key_limits_redis_timeout,
+        )
+    if settings.key_limits_file is not None:
+        return FileLimits(settings.key_limits_file)
+    return MemoryLimits()
+
+
+def reload_keys(ring: KeyRing, *, force: bool) -> None:
+    """Read the key file again; a bad one keeps the keys already loaded, and says why."""
+    try:
+        if ring.reload(force=force):
+            logger.info("key file %s loaded: %d keys", ring.path, len(ring))
+    except (OSError, KeyFileError) as exc:
+        logger.error("key file %s not loaded, the previous keys stay: %s", ring.path, exc)
+
+
+def watch_key_file(ring: KeyRing, interval: float) -> asyncio.Task[None]:
+    """Reload the key file on SIGHUP, and when it changed, every ``interval`` seconds (0: never)."""
+    loop = asyncio.get_running_loop()
+    if ring.path is not None:
+        try:
+            loop.add_signal_handler(signal.SIGHUP, lambda: reload_keys(ring, force=True))
+        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread (a test's app)
+            pass
+
+    async def poll() -> None:
+        while ring.path is not None and interval > 0:
+            await asyncio.sleep(interval)
+            reload_keys(ring, force=False)
+
+    return asyncio.create_task(poll())
+
+
 def create_app(settings: Settings, backend: Backend | None = None) -> FastAPI:
     """Build the app. ``backend`` defaults to the Triton replicas of ``settings.triton_url``."""
     pool = triton_replicas(settings) if backend is None else None
@@ -110,6 +153,8 @@ def create_app(settings: Settings, backend: Backend | None = None) -> FastAPI:
         if settings.otlp_traces_endpoint
         else None
     )
+    ring = KeyRing(settings.load_api_keys(), settings.api_key_policy_file)
+    key_limits = open_key_limits(settings) if settings.api_key_policy_file is not None else None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -129,9 +174,13 @@ def create_app(settings: Settings, backend: Backend | None = None) -> FastAPI:
             logger.warning("Triton not reachable at startup (%s); will keep trying", exc.message)
         live = the_metrics.shared_live
         publisher = asyncio.create_task(live.publish_forever()) if live is not None else None
+        watcher = watch_key_file(ring, settings.api_key_reload_interval)
         try:
             yield
         finally:
+            watcher.cancel()
+            if key_limits is not None:
+                await key_limits.close()
             if publisher is not None:
                 publisher.cancel()
             catalog.close()
@@ -161,9 +210,14 @@ def create_app(settings: Settings, backend: Backend | None = None) -> FastAPI:
     # rejection count → HEAD as GET → CORS → auth → body limit → the generating routes (http.direct) → FastAPI.
     app.add_middleware(DirectRoutes, components=components)
     app.add_middleware(BodySizeLimitMiddleware, limit=settings.max_body_bytes)
-    keys = settings.load_api_keys()
-    if keys:
-        app.add_middleware(ApiKeyMiddleware, keys=keys, protect_metrics=settings.metrics_require_auth)
+    if len(ring) or ring.path is not None:  # a key file, even one without keys yet, closes the gateway
+        app.add_middleware(
+            ApiKeyMiddleware,
+            ring=ring,
+            protect_metrics=settings.metrics_require_auth,
+            limits=key_limits,
+            metrics=the_metrics,
+        )
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,

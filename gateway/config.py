@@ -333,6 +333,32 @@ class Settings(BaseSettings):
     api_key_file: Path | None = None
     """File with one API key per line (blank lines and ``#`` comments ignored)."""
 
+    api_key_policy_file: Path | None = None
+    """The key file (TOML, docs/OPERATIONS.md): hashed keys, each with a ``name``, the ``models``
+    it may use and its limits (``rpm``, ``tpm``, ``max_concurrent``). Read again when it changes
+    (``api_key_reload_interval``) and on SIGHUP; a file that does not parse keeps the keys
+    already loaded. Works beside ``api_keys``/``api_key_file``, whose keys have no limits."""
+
+    api_key_reload_interval: float = Field(default=2.0, ge=0.0)
+    """Seconds between checks of ``api_key_policy_file`` for changes (0: only on SIGHUP)."""
+
+    key_limits_redis_url: str | None = None
+    """Redis (``redis://host:6379/0``) where every gateway process counts the key limits
+    together, so they hold for all pods. Unset: one process counts alone, and ``--workers``
+    count together on this machine (``key_limits_file``). Needs the ``redis`` extra."""
+
+    key_limits_redis_failure: Literal["open", "closed"] = "open"
+    """Redis unreachable: ``open`` lets keyed requests through uncounted (a warning in the log),
+    ``closed`` answers them 503 ``rate_limiter_unavailable``."""
+
+    key_limits_redis_timeout: float = Field(default=0.25, gt=0.0)
+    """Seconds a Redis call may take before Redis counts as unreachable for that request."""
+
+    key_limits_file: Path | None = None
+    """SQLite file where the workers of one gateway count key limits together (no Redis). Set by
+    ``--workers`` itself, in its temporary directory; set it to share counts between gateways
+    on one machine."""
+
     metrics_enabled: bool = True
     """Serve Prometheus metrics on ``/metrics``."""
 

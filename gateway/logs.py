@@ -49,6 +49,7 @@ def log_request(record: RequestRecord, finished_at: float) -> None:
         "request_id": record.request_id,
         "trace_id": trace_id_var.get(),
         "endpoint": record.endpoint,
+        "key": record.key,
         "model": record.model,
         "adapter": record.adapter,
         "stream": record.stream,

@@ -128,6 +128,8 @@ class RequestRecord:
     error_type: str | None = None
     placement: PlacementView | None = None
     """Where the backend ran it (the replica pool fills it in)."""
+    key: str | None = None
+    """The name of the API key it came with (None: no key, or one without a name)."""
 
 
 _LIVE = (
@@ -346,6 +348,22 @@ class Metrics:
         self.replica_up_gauge = Gauge(
             "gateway_replica_up", "1 while in rotation", ["replica"], multiprocess_mode="livemax", registry=r
         )
+        # Per named API key (``gateway.keys``): usage and refusals, by the key's name, never the key.
+        self.key_requests = Counter(
+            "gateway_key_requests", "Requests answered, by API key name", ["key", "model", "status"], registry=r
+        )
+        self.key_prompt_tokens = Counter(
+            "gateway_key_prompt_tokens", "Prompt tokens, by API key name", ["key", "model"], registry=r
+        )
+        self.key_completion_tokens = Counter(
+            "gateway_key_completion_tokens", "Completion tokens, by API key name", ["key", "model"], registry=r
+        )
+        self.key_rate_limited = Counter(
+            "gateway_key_rate_limited",
+            "Requests refused with 429 by a key's limit (concurrency, requests or tokens)",
+            ["key", "limit"],
+            registry=r,
+        )
         self._children: dict[tuple[Counter | Gauge, tuple[str, ...]], Any] = {}
         """The replica series every request moves (``_child``), by metric and label values, as
         ``_finished`` below: ``labels()`` costs ~2 µs, and three of these are on the path to
@@ -412,6 +430,14 @@ class Metrics:
             self.cancelled(record.cancel_reason)
         if record.error_type is not None and record.status >= 500:
             self.backend_errors.labels(record.error_type).inc()
+        if record.key is not None:
+            self._child(self.key_requests, record.key, record.model, str(record.status)).inc()
+            self._child(self.key_prompt_tokens, record.key, record.model).inc(record.prompt_tokens)
+            self._child(self.key_completion_tokens, record.key, record.model).inc(record.completion_tokens)
+
+    def limited(self, key: str, limit: str) -> None:
+        """A named key's request refused by one of its limits."""
+        self._child(self.key_rate_limited, key, limit).inc()
 
     def gap_tally(self, model: str) -> GapTally:
         """A stream's inter-token gaps, for ``model`` (flushed by the caller when it ends)."""

@@ -22,6 +22,9 @@ import string in every worker. Here:
 - **Metrics.** The parent makes a fresh ``PROMETHEUS_MULTIPROC_DIR`` before the first worker
   starts, tells prometheus-client when a worker died (``mark_process_dead``: its live gauges stop
   counting) and removes the directory at the end (``gateway.metrics``).
+- **Key limits.** Without Redis the workers count every key's limits together in one SQLite
+  file in the same directory (``keys.limits.FileLimits``); SIGHUP reaches every worker, which
+  reads the key file again.
 - **A worker that dies** while the gateway serves is started again on a new socket; one that dies
   within ``EARLY_EXIT`` seconds of its start stops the gateway (a broken start repeats forever).
 - **The parent dies** (SIGKILL): each worker gets SIGTERM from the kernel (``PR_SET_PDEATHSIG``)
@@ -42,6 +45,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
+from pathlib import Path
 from types import FrameType
 
 from gateway.config import Settings
@@ -165,7 +169,11 @@ class Supervisor:
     def run(self) -> int:
         metrics_dir = tempfile.mkdtemp(prefix="gateway-metrics-")
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir  # read by prometheus_client in workers
-        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        if self._settings.key_limits_file is None:
+            shared = Path(metrics_dir) / "key-limits.sqlite"  # not *.db: prometheus-client reads those
+            self._settings = self._settings.model_copy(update={"key_limits_file": shared})
+        handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+        previous = {s: signal.signal(s, self._on_signal) for s in handled}
         try:
             for index in range(self._settings.workers):
                 self._start(index)
@@ -204,7 +212,11 @@ class Supervisor:
             sentinels = [w.process.sentinel for w in self._workers.values()]
             multiprocessing.connection.wait(sentinels, timeout=0.2)
             while self._signals:
-                self._forward(self._signals.pop(0))
+                signum = self._signals.pop(0)
+                if signum == signal.SIGHUP:
+                    self._reload()
+                else:
+                    self._forward(signum)
             for index, worker in list(self._workers.items()):
                 if worker.process.is_alive():
                     continue
@@ -233,6 +245,12 @@ class Supervisor:
         for worker in self._workers.values():
             if worker.process.pid is not None and worker.process.is_alive():
                 os.kill(worker.process.pid, signal.SIGTERM)
+
+    def _reload(self) -> None:
+        """SIGHUP: every worker reads the key file again."""
+        for worker in self._workers.values():
+            if worker.process.pid is not None and worker.process.is_alive():
+                os.kill(worker.process.pid, signal.SIGHUP)
 
     def _kill_late(self) -> None:
         if self._stopping_since is None:

@@ -82,13 +82,17 @@ if [ "$#" -eq 0 ]; then
 fi
 # Real peers from Debian: the proxy-drain tests run a real nginx (nginx-light: HTTP/2 and
 # grpc_pass built in); the responses store's tests a real PostgreSQL (postgresql: initdb and
-# pg_ctl, tests/postgres.py starts a private cluster on a free port; no system cluster is used).
+# pg_ctl, tests/postgres.py starts a private cluster on a free port; no system cluster is used); the
+# key limits' tests a real Redis (redis-server: tests/redis_server.py starts a private one).
 missing=()
 if ! command -v nginx > /dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
     missing+=(nginx-light)
 fi
 if ! compgen -G '/usr/lib/postgresql/*/bin/initdb' > /dev/null; then
     missing+=(postgresql)
+fi
+if ! command -v redis-server > /dev/null 2>&1 && [ ! -x /usr/bin/redis-server ]; then
+    missing+=(redis-server)
 fi
 if [ "${#missing[@]}" -gt 0 ]; then
     apt_log=$(mktemp)

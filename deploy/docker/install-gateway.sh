@@ -1,8 +1,9 @@
 #!/bin/sh
 # Build the gateway's wheel and install it, with only its runtime dependencies and the "speed"
-# (uvloop, httptools), "postgres" (psycopg with its binary libpq, and its pool) and "tracing"
-# (the OpenTelemetry SDK and its OTLP/HTTP exporter) extras, into a fresh virtual environment: one
-# image serves a SQLite responses store and a PostgreSQL one, and traces when an endpoint is set.
+# (uvloop, httptools), "postgres" (psycopg with its binary libpq, and its pool), "redis" (key
+# limits shared by every pod) and "tracing" (the OpenTelemetry SDK and its OTLP/HTTP exporter)
+# extras, into a fresh virtual environment: one image serves a SQLite responses store and a
+# PostgreSQL one, counts key limits alone or in Redis, and traces when an endpoint is set.
 # No torch, no Triton.
 #
 #   install-gateway.sh SOURCE_DIR VENV_DIR WHEEL_DIR
@@ -28,5 +29,5 @@ if [ "$#" -ne 1 ] || [ ! -f "$1" ]; then
     echo "expected exactly one gateway wheel in $wheel_dir, found: $*" >&2
     exit 1
 fi
-"$venv_dir/bin/python" -m pip install --disable-pip-version-check "$1[speed,postgres,tracing]"
+"$venv_dir/bin/python" -m pip install --disable-pip-version-check "$1[speed,postgres,redis,tracing]"
 "$venv_dir/bin/python" -m pip check

@@ -19,6 +19,7 @@ from gateway.core.admission import Ticket
 from gateway.core.outcome import CLIENT_GONE
 from gateway.core.service import CompletionService
 from gateway.errors import GatewayError, ShuttingDownError
+from gateway.keys.context import current_key
 from gateway.logs import log_request
 from gateway.metrics import RequestRecord
 
@@ -111,6 +112,11 @@ def _status(exc: BaseException) -> int:
 
 def _finish(service: CompletionService, record: RequestRecord, status: int, error: BaseException | None) -> None:
     record.status = status
+    key = current_key.get()
+    if key is not None:  # the key's name labels the metrics; its tokens (the inputs') are charged
+        record.key = key.policy.name
+        if key.meters_tokens and record.prompt_tokens:
+            key.charge(record.prompt_tokens)
     if isinstance(error, GatewayError):
         record.error_type = error.error_type
     if status == 499:

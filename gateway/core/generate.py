@@ -120,7 +120,7 @@ class Generation:
                     self._done = self._final = True
                     events = run.close()
                     break
-                self._outcome.responded()
+                self._outcome.responded(run)
                 events = []
                 for chunk in batch:
                     events.extend(run.feed(position, chunk))

@@ -12,10 +12,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
+from typing import Protocol
 
 from gateway.core.assemble import Usage
 from gateway.core.generation_plan import GenerationPlan
 from gateway.errors import BackendTimeoutError, GatewayError, ShuttingDownError
+from gateway.keys.context import current_key
 from gateway.logs import log_request
 from gateway.metrics import GapTally, Metrics, RequestRecord
 from gateway.tracing import FIRST_TOKEN, LAST_TOKEN, current_trace, response_attributes
@@ -26,10 +28,35 @@ request, or a stream awaiting Triton), or the stream's generation is closed (``a
 waits for the edge to write."""
 
 
+class UsageSource(Protocol):
+    """What a running request has spent so far (``core.assemble.RequestAssembler``)."""
+
+    @property
+    def usage(self) -> Usage: ...
+
+
+CHARGE_INTERVAL = 0.5
+"""Seconds between charges of a running request's tokens to its key's token limit."""
+
+
 class RequestOutcome:
     """Status, cancel reason, error type, usage and timings of one request."""
 
-    __slots__ = ("record", "finished", "backend_started", "trace", "_plan", "_metrics", "_gap", "_gaps", "_log")
+    __slots__ = (
+        "record",
+        "finished",
+        "backend_started",
+        "trace",
+        "_plan",
+        "_metrics",
+        "_gap",
+        "_gaps",
+        "_log",
+        "_key",
+        "_metered",
+        "_charged",
+        "_charged_at",
+    )
 
     def __init__(self, plan: GenerationPlan, metrics: Metrics, *, log: bool) -> None:
         self.record = RequestRecord(
@@ -40,6 +67,14 @@ class RequestOutcome:
             stream=plan.stream,
             placement=plan.requests[0].placement if plan.requests else None,
         )
+        self._key = current_key.get()
+        """The request's API key: its name labels the metrics, and its tokens are charged to it."""
+        self._metered = self._key is not None and self._key.meters_tokens
+        """Charge the key's tokens while the request runs (a key with ``tpm``)."""
+        self._charged = 0
+        self._charged_at = self.record.started
+        if self._key is not None:
+            self.record.key = self._key.policy.name
         self.finished = False
         self.backend_started = False
         """Set once the backend was asked to generate: a shutdown then cancels real work."""
@@ -56,9 +91,14 @@ class RequestOutcome:
             prompts = [request.prompt for request in plan.requests[:: plan.n]] if trace.content else ()
             trace.planned(plan.endpoint, plan.model_id, first.sampling, plan.n, prompts)
 
-    def responded(self) -> None:
-        """A batch of backend responses arrived: the first token's time, then each gap (streams)."""
+    def responded(self, run: UsageSource | None = None) -> None:
+        """A batch of backend responses arrived: the first token's time, then each gap (streams).
+        ``run``: its usage so far is charged to a key with a token limit every
+        ``CHARGE_INTERVAL`` (a long stream spends its key's budget as it goes, not at its end)."""
         now = time.perf_counter()
+        if self._metered and run is not None and now - self._charged_at >= CHARGE_INTERVAL:
+            self._charge(run.usage.total_tokens)
+            self._charged_at = now
         record = self.record
         last = record.last_token
         if last is None:
@@ -98,6 +138,13 @@ class RequestOutcome:
             return "shutdown"
         return None
 
+    def _charge(self, total: int) -> None:
+        """Charge the key the tokens spent since the last charge."""
+        assert self._key is not None
+        if total > self._charged:
+            self._key.charge(total - self._charged)
+            self._charged = total
+
     def _finish(
         self,
         status: int,
@@ -117,6 +164,8 @@ class RequestOutcome:
             record.prompt_tokens, record.completion_tokens = usage.prompt_tokens, usage.completion_tokens
         if self._gap is not None:
             self._gap.flush()
+        if self._metered:
+            self._charge(record.prompt_tokens + record.completion_tokens)
         self._metrics.finish(record)
         if self.trace is not None:
             self._traced(finish_reasons)

@@ -1,4 +1,4 @@
-"""Edge guards as pure ASGI middleware: API keys and the request body size limit.
+"""Edge guards as pure ASGI middleware: API keys (and their limits) and the request body size limit.
 
 Pure ASGI (not ``BaseHTTPMiddleware``) so that streaming responses pass through untouched and no
 extra task is spawned per request.
@@ -6,6 +6,7 @@ extra task is spawned per request.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 from collections.abc import Iterable
@@ -17,27 +18,50 @@ from gateway.errors import (
     AuthenticationError,
     GatewayError,
     PayloadTooLargeError,
+    RateLimitError,
 )
 from gateway.http.errors import error_payload
+from gateway.keys.context import RequestKey, current_key
+from gateway.keys.limits import Admit, LimitStore, LimitUnavailable, rate_headers, retry_after
+from gateway.keys.policy import KeyPolicy, KeyRing
+from gateway.metrics import Metrics
 
 
-async def send_error(send: Send, error: GatewayError, path: str = "") -> None:
-    """An error answered before the app sees the request, in the shape ``path``'s API uses."""
+async def send_error(
+    send: Send, error: GatewayError, path: str = "", extra: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    """An error answered before the app sees the request, in the shape ``path``'s API uses;
+    ``extra``: headers beside the error's own (a key's rate-limit headers)."""
     status, body = error_payload(error, path)
     headers = [(b"content-type", b"application/json")]
     headers += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in error.headers.items()]
+    headers += extra or []
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": orjson.dumps(body)})
 
 
 OWNER = "api_key_owner"
-"""``scope["state"]`` key of the verified API key's sha256 (hex): whose stored responses a request
-may see. Never the key itself."""
+"""``scope["state"]`` key of whose stored responses a request may see: ``key:<name>`` for a named
+key (a rotated key keeps its conversations), else the key's sha256 (hex). Never the key itself."""
+
+KEY_NAME = "api_key_name"
+"""``scope["state"]`` key of the request's key name (None: a key without one)."""
+
+LIMITED_PATHS = frozenset(
+    {"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages", "/v1/embeddings"}
+)
+"""The POSTs a key's limits count: the ones that run a model."""
+
+_LIMIT_WORDS = {
+    "concurrency": "concurrent requests",
+    "requests": "requests per minute (RPM)",
+    "tokens": "tokens per minute (TPM)",
+}
 
 
 def request_owner(scope: Scope) -> str:
-    """The sha256 of the request's API key, or "" when the gateway has no keys (every client is
-    then the same owner)."""
+    """Whose stored responses the request may see (``OWNER``), or "" when the gateway has no keys
+    (every client is then the same owner)."""
     owner: str = scope.get("state", {}).get(OWNER, "")
     return owner
 
@@ -69,14 +93,36 @@ def presented_key(headers: Iterable[tuple[bytes, bytes]]) -> bytes | None:
     return None
 
 
+def _refusal(policy: KeyPolicy, admit: Admit) -> RateLimitError:
+    limit = {"concurrency": policy.max_concurrent, "requests": policy.rpm, "tokens": policy.tpm}
+    assert admit.refused is not None
+    used = {"concurrency": limit["concurrency"], "requests": admit.requests, "tokens": admit.tokens}
+    return RateLimitError(
+        f"Rate limit reached for key '{policy.name}' on {_LIMIT_WORDS[admit.refused]}: "
+        f"limit {limit[admit.refused]}, used {used[admit.refused]}.",
+        headers={"Retry-After": str(retry_after(admit))},
+    )
+
+
 class ApiKeyMiddleware:
     """``Authorization: Bearer <key>`` or ``x-api-key: <key>`` on protected paths (the API under
     ``/v1/``, and vLLM's ``/tokenize`` and ``/detokenize`` at the root); health endpoints always
-    open. A request that passes carries its key's hash as its owner (``request_owner``)."""
+    open. A request that passes carries its owner (``request_owner``) and its key
+    (``keys.context.current_key``); a generating POST with a limited key is admitted by ``limits``
+    first (429 over a limit) and every answer to it carries OpenAI's ``x-ratelimit-*`` headers."""
 
-    def __init__(self, app: ASGIApp, keys: frozenset[str], protect_metrics: bool) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        ring: KeyRing,
+        protect_metrics: bool,
+        limits: LimitStore | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
         self.app = app
-        self.keys = tuple(k.encode() for k in keys)
+        self.ring = ring
+        self.limits = limits
+        self.metrics = metrics
         api = ("/v1/", "/tokenize", "/detokenize")
         self.prefixes = (*api, "/metrics") if protect_metrics else api
 
@@ -95,15 +141,50 @@ class ApiKeyMiddleware:
                 scope["path"],
             )
             return
-        if not key_matches(token, self.keys):
+        policy = self.ring.lookup(token)
+        if policy is None:
             await send_error(
                 send,
                 AuthenticationError("Incorrect API key provided.", headers={"WWW-Authenticate": "Bearer"}),
                 scope["path"],
             )
             return
-        scope.setdefault("state", {})[OWNER] = hashlib.sha256(token).hexdigest()
-        await self.app(scope, receive, send)
+        state = scope.setdefault("state", {})
+        state[OWNER] = f"key:{policy.name}" if policy.name else hashlib.sha256(token).hexdigest()
+        state[KEY_NAME] = policy.name
+        limits = self.limits if policy.limited else None
+        reset = current_key.set(RequestKey(policy, limits))
+        try:
+            if limits is None or scope["method"] != "POST" or scope["path"] not in LIMITED_PATHS:
+                await self.app(scope, receive, send)
+            else:
+                await self._limited(policy, limits, scope, receive, send)
+        finally:
+            current_key.reset(reset)
+
+    async def _limited(self, policy: KeyPolicy, limits: LimitStore, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            admit = await limits.admit(policy)
+        except LimitUnavailable as exc:
+            await send_error(send, exc, scope["path"])
+            return
+        headers = rate_headers(policy, admit)
+        if admit.refused is not None:
+            if self.metrics is not None and policy.name is not None:
+                self.metrics.limited(policy.name, admit.refused)
+            await send_error(send, _refusal(policy, admit), scope["path"], headers)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", ()), *headers]}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_headers)
+        finally:
+            if admit.counted:
+                await asyncio.shield(limits.release(policy))
 
 
 class BodySizeLimitMiddleware:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gateway.errors import ModelNotFoundError
+from gateway.keys.context import model_allowed
 from gateway.models.catalog import ServedModel
 
 
@@ -24,7 +25,15 @@ class ResolvedModel:
 
 
 def resolve_model(model_id: str, models: Mapping[str, ServedModel], separator: str) -> ResolvedModel:
-    """Find the base model and adapter a request names, or raise ``ModelNotFoundError``."""
+    """Find the base model and adapter a request names, or raise ``ModelNotFoundError``; a model
+    the request's key may not use does not exist for it (the same 404, word for word)."""
+    resolved = _resolve(model_id, models, separator)
+    if not model_allowed(model_id, resolved.model.name):
+        raise ModelNotFoundError(f"The model '{model_id}' does not exist.", param="model")
+    return resolved
+
+
+def _resolve(model_id: str, models: Mapping[str, ServedModel], separator: str) -> ResolvedModel:
     if model_id in models:
         return ResolvedModel(models[model_id], None)
     base, sep, adapter = model_id.rpartition(separator)
@@ -43,9 +52,10 @@ def resolve_model(model_id: str, models: Mapping[str, ServedModel], separator: s
 
 
 def list_model_ids(models: Mapping[str, ServedModel], separator: str) -> list[tuple[str, ServedModel, str | None]]:
-    """Every servable id: each base model, then its adapters (id, base, adapter)."""
+    """Every servable id the request's key may use: each base model, then its adapters (id, base,
+    adapter)."""
     out: list[tuple[str, ServedModel, str | None]] = []
     for model in models.values():
         out.append((model.name, model, None))
         out.extend((f"{model.name}{separator}{a}", model, a) for a in model.adapters)
-    return out
+    return [entry for entry in out if model_allowed(entry[0], entry[1].name)]

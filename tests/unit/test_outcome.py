@@ -135,6 +135,7 @@ def test_request_log_line_is_written_once_with_the_outcome(caplog: pytest.LogCap
         "request_id",
         "trace_id",
         "endpoint",
+        "key",
         "model",
         "adapter",
         "stream",
@@ -197,3 +198,39 @@ def test_each_label_set_is_counted_in_its_own_series() -> None:
     assert sample(m, "gateway_completion_tokens_total", model="m", adapter="") == 3
     assert sample(m, "gateway_completion_tokens_total", model="m", adapter="a") == 1
     assert sample(m, "gateway_request_duration_seconds_count", model="other", endpoint="chat") == 1
+
+
+class Spent:
+    """A running request's usage so far, as the assembler reports it."""
+
+    def __init__(self) -> None:
+        self.usage = Usage(0, 0)
+
+
+def test_a_keys_tokens_are_charged_as_they_are_spent_and_the_rest_at_the_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gateway.core import outcome as outcome_module
+    from gateway.keys.context import RequestKey, current_key
+    from gateway.keys.limits import MemoryLimits
+    from gateway.keys.policy import KeyPolicy
+
+    charges: list[int] = []
+    limits = MemoryLimits()
+    monkeypatch.setattr(limits, "charge", lambda policy, tokens: charges.append(tokens))
+    monkeypatch.setattr(outcome_module, "CHARGE_INTERVAL", 0.0)
+    m = metrics()
+    token = current_key.set(RequestKey(KeyPolicy("team", tpm=100), limits))
+    try:
+        outcome = RequestOutcome(make_plan(), m, log=False)
+    finally:
+        current_key.reset(token)
+    spent = Spent()
+    spent.usage = Usage(5, 2)
+    outcome.responded(spent)
+    outcome.responded(spent)  # nothing new: no charge
+    spent.usage = Usage(5, 6)
+    outcome.responded(spent)
+    outcome.succeed(Usage(5, 9), stopped_early=False)
+    assert charges == [7, 4, 3]
+    assert outcome.record.key == "team"
+    assert sample(m, "gateway_key_completion_tokens_total", key="team", model="m") == 9
+    assert sample(m, "gateway_key_requests_total", key="team", model="m", status="200") == 1

@@ -23,6 +23,7 @@ from gateway.app import create_app
 from gateway.config import Settings
 from gateway.http import security
 from gateway.http.security import ApiKeyMiddleware, BodySizeLimitMiddleware, key_matches
+from gateway.keys.policy import KeyRing
 from tests.fakes import ScriptedBackend, text_chunks
 
 pytestmark = pytest.mark.anyio
@@ -95,7 +96,7 @@ def assert_openai_error(response: httpx.Response, status: int, error_type: str, 
 
 def guarded(protect_metrics: bool = False) -> tuple[ApiKeyMiddleware, Recorder]:
     inner = Recorder()
-    return ApiKeyMiddleware(inner, keys=frozenset({"sk-one", "sk-two"}), protect_metrics=protect_metrics), inner
+    return ApiKeyMiddleware(inner, ring=KeyRing({"sk-one", "sk-two"}, None), protect_metrics=protect_metrics), inner
 
 
 async def get(app: Any, path: str, authorization: str | None = None, method: str = "GET") -> httpx.Response:
@@ -339,7 +340,7 @@ async def test_non_http_scopes_pass_through() -> None:
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         seen.append(scope["type"])
 
-    for middleware in (BodySizeLimitMiddleware(app, limit=1), ApiKeyMiddleware(app, frozenset({"k"}), True)):
+    for middleware in (BodySizeLimitMiddleware(app, limit=1), ApiKeyMiddleware(app, KeyRing({"k"}, None), True)):
         await middleware({"type": "lifespan"}, None, None)  # type: ignore[arg-type]
     assert seen == ["lifespan", "lifespan"]
 
@@ -438,3 +439,27 @@ async def test_real_app_accepts_a_chunked_body_at_the_limit(tmp_path: Path) -> N
     )
     assert response.status_code == 200
     assert response.json()["choices"][0]["message"]["content"] == "ok"
+
+
+async def test_a_key_file_without_keys_yet_still_closes_the_gateway(tmp_path: Path) -> None:
+    keys = tmp_path / "keys.toml"
+    keys.write_text("# no keys yet\n")
+    responses = await app_call(
+        tmp_path, [("GET", "/v1/models", {"headers": KEY}), ("GET", "/health", {})], api_key_policy_file=keys
+    )
+    assert [r.status_code for r in responses] == [401, 200]
+
+
+async def test_real_app_limits_a_named_key_and_shows_the_headers(tmp_path: Path) -> None:
+    from gateway.keys.policy import hash_key
+
+    keys = tmp_path / "keys.toml"
+    keys.write_text(f'[[key]]\nname = "team"\nsha256 = "{hash_key("sk-real")}"\nrpm = 2\nmodels = ["m"]\n')
+    responses = await app_call(
+        tmp_path,
+        [("POST", "/v1/chat/completions", {"json": CHAT, "headers": KEY}) for _ in range(3)]
+        + [("POST", "/v1/chat/completions", {"json": {**CHAT, "model": "other"}, "headers": KEY})],
+        api_key_policy_file=keys,
+    )
+    assert [r.status_code for r in responses] == [200, 200, 429, 429]
+    assert [r.headers["x-ratelimit-remaining-requests"] for r in responses] == ["1", "0", "0", "0"]
