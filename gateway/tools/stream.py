@@ -226,20 +226,30 @@ class ArgumentsBlockParser(MarkerParser):
         self._parts.append(ParsedCall(name, "", closes=False))
         return arguments
 
-    def _stream(self, arguments: ArgumentStream, final: bool) -> tuple[int, Sequence[ParsedCall]] | None:
-        """The open call's next piece; its last one (and the block's end) at ``CLOSE``."""
-        buf = self._buf
+    def _settle(self, arguments: ArgumentStream, final: bool) -> bool:
+        """Add the open call's next piece; True once its arguments ended (done, failed, or cut
+        off by the end of the output), when the caller closes the call (``_close_call``)."""
         if not (arguments.done or arguments.failed):
-            piece = arguments.advance(buf, final)
+            piece = arguments.advance(self._buf, final)
             if piece:
                 self._parts.append(ParsedCall("", piece, opens=False, closes=False))
             if not (arguments.done or arguments.failed or final):
-                return None
+                return False
+        return True
+
+    def _close_call(self) -> None:
+        self._parts.append(ParsedCall("", "", opens=False, closes=True))
+        self._arguments = None
+
+    def _stream(self, arguments: ArgumentStream, final: bool) -> tuple[int, Sequence[ParsedCall]] | None:
+        """The open call's next piece; its last one (and the block's end) at ``CLOSE``."""
+        if not self._settle(arguments, final):
+            return None
         end = self._find_close(self.CLOSE, arguments.end if arguments.done else 0)
         if end == -1 and not final:
             return None
-        self._parts.append(ParsedCall("", "", opens=False, closes=True))
-        return (len(buf) if end == -1 else end + len(self.CLOSE)), []
+        self._close_call()
+        return (len(self._buf) if end == -1 else end + len(self.CLOSE)), []
 
 
 class LeadingParser(StreamParser):

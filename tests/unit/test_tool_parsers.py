@@ -16,6 +16,8 @@ from gateway.tools.scan import JsonSpan, PythonSpan, held_from
 from gateway.tools.types import whole_calls
 
 NAMES = frozenset({"get_weather", "search", "noop"})
+STREAMING = frozenset({"hermes", "mistral", "deepseek_v31", "kimi_k2"})
+"""Formats whose calls open before their arguments are whole (``openai`` is tested apart)."""
 WEATHER = ParsedCall("get_weather", '{"city": "Paris"}')
 
 
@@ -233,6 +235,23 @@ def test_mistral_unclosed_array_runs_to_the_end_as_content() -> None:
     assert run("mistral", text) == (text, [])
 
 
+def test_mistral_v11_arguments_stream_as_they_settle() -> None:
+    first, second, third, last = steps("mistral", "Ok [TOOL_CALLS]get_weather[ARGS]{", '"city": "Pa', 'ris"} after')
+    assert first == ("Ok ", [ParsedCall("get_weather", "", closes=False), ParsedCall("", "{", False, False)])
+    assert second == ("", [ParsedCall("", '"city": "Pa', False, False)])
+    assert third == ("after", [ParsedCall("", 'ris"}', False, False), ParsedCall("", "", False, True)])
+    assert last == ("", [])
+
+
+def test_mistral_v11_arguments_malformed_after_opening_end_the_call_up_to_the_next_call() -> None:
+    text = '[TOOL_CALLS]get_weather[ARGS]{"city": Paris} lost [TOOL_CALLS]noop[ARGS]{} kept'
+    assert run("mistral", text) == ("kept", [ParsedCall("get_weather", '{"city": '), ParsedCall("noop", "{}")])
+    assert run("mistral", '[TOOL_CALLS]get_weather[ARGS]{"city": "Pa') == (
+        "",
+        [ParsedCall("get_weather", '{"city": "Pa')],
+    )
+
+
 def test_mistral_markdown_brackets_are_not_held() -> None:
     assert steps("mistral", "see [the docs](x) [", "T", "x") == [
         ("see [the docs](x) ", []),
@@ -376,8 +395,8 @@ def test_called_is_set_by_the_first_call_only(parser: str) -> None:
     }
     instance = make_parser(parser, NAMES)
     assert not instance.called
-    # A call whose arguments stream is out when it opens, before its arguments (hermes).
-    opened = outputs[parser].index("{", 1) if parser == "hermes" else len(outputs[parser]) - 1
+    # A call whose arguments stream is out when it opens, before its arguments.
+    opened = outputs[parser].rindex("{") if parser in STREAMING else len(outputs[parser]) - 1
     instance.feed(outputs[parser][:opened])
     assert not instance.called
     instance.feed(outputs[parser][opened:])
@@ -470,15 +489,16 @@ def test_held_from_finds_only_a_proper_prefix_at_the_end() -> None:
 )
 def test_arguments_without_an_exact_json_utf8_form_are_content(arguments: str) -> None:
     """inf/NaN would be re-dumped as invalid JSON, a lone surrogate cannot be UTF-8 encoded.
-    Where the arguments stream (hermes), the call has opened: it ends before the value."""
+    Where the arguments stream, the call has opened: it ends before the value."""
     hermes = f'<tool_call>{{"name": "noop", "arguments": {arguments}}}</tool_call>'
+    mistral = f"[TOOL_CALLS]noop[ARGS]{arguments}"
     if arguments.startswith("{"):
         streamed = arguments[: arguments.index(":") + 1] + " " + ('"' if "ud83d" in arguments else "")
         assert run("hermes", hermes) == ("", [ParsedCall("noop", streamed)])
+        assert run("mistral", mistral) == ("", [ParsedCall("noop", streamed)])
     else:
         assert run("hermes", hermes) == (hermes, [])
-    mistral = f"[TOOL_CALLS]noop[ARGS]{arguments}"
-    assert run("mistral", mistral) == (mistral, [])
+        assert run("mistral", mistral) == (mistral, [])
 
 
 def test_pythonic_lone_surrogate_or_huge_float_is_content() -> None:

@@ -20,6 +20,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from gateway.tools import ParsedCall, make_parser
+from gateway.tools.parsers.mistral import ARGS
 from gateway.tools.types import whole_calls
 
 NAMES = frozenset({"get_weather", "search", "noop"})
@@ -61,6 +62,17 @@ def check_every_split(parser: str, case: Case, cuts: list[int]) -> None:
     assert run(parser, list(case.text)) == expected
     for position in range(len(case.text) + 1):
         assert run(parser, [case.text[:position], case.text[position:]]) == expected, position
+
+
+def check_same_at_every_split(parser: str, text: str, cuts: list[int]) -> list[ParsedCall]:
+    """The answer for ``text`` fed whole, at ``cuts``, a character at a time and in two at every
+    position is one answer (for outputs whose answer is not written out); its calls."""
+    whole = run(parser, [text])
+    assert run(parser, split(text, cuts)) == whole
+    assert run(parser, list(text)) == whole
+    for position in range(len(text) + 1):
+        assert run(parser, [text[:position], text[position:]]) == whole, position
+    return whole[1]
 
 
 # ---- building blocks -------------------------------------------------------------------------
@@ -267,7 +279,6 @@ MISTRAL_BAD = [f"[TOOL_CALLS] [{body}]" for body in BAD_OBJECTS] + [
     "[TOOL_CALLS] [{}, 1]",
     '[TOOL_CALLS]unknown_tool[ARGS]{"a": 1}',
     "[TOOL_CALLS]get_weather[ARGS][1]",
-    "[TOOL_CALLS]get_weather[ARGS]{bad}",
     "[TOOL_CALLS]Sorry, I cannot.",
     "[TOOL_CALLS]get weather",
     "[TOOL_CALLS]get_weather[CALL_ID]ab cd",
@@ -276,19 +287,43 @@ MISTRAL_BAD = [f"[TOOL_CALLS] [{body}]" for body in BAD_OBJECTS] + [
     "[TOOL_CALLS]get_weather[ARGS]x",
     "[TOOL_CALLS]!",
 ]
+MISTRAL_OPENED = [
+    "[TOOL_CALLS]get_weather[ARGS]{bad}",
+    '[TOOL_CALLS]get_weather[ARGS]{"city": NaN} and text',
+    '[TOOL_CALLS]noop[ARGS]{"a": 1e400}',
+]
+"""A v11 call whose arguments turn malformed after it opened: a call with what was sent, the
+rest up to the next ``[TOOL_CALLS]`` dropped (``test_tool_parsers.py``); here split against whole."""
 mistral_bad = st.sampled_from(MISTRAL_BAD)
 
 
 @st.composite
-def mistral_truncated(draw: st.DrawFn) -> str:
+def mistral_truncated(draw: st.DrawFn, *, opened: bool = False) -> str:
+    """A call cut off: before a v11 call opened (content), or, ``opened``, anywhere."""
     raw, _ = draw(mistral_call())
-    return raw[: draw(st.integers(len("[TOOL_CALLS]"), len(raw) - 1))]
+    last = len(raw) - 1
+    if not opened and ARGS in raw:
+        last = raw.index("{", raw.index(ARGS))
+    return raw[: draw(st.integers(len("[TOOL_CALLS]"), last))]
 
 
 @settings(max_examples=150, deadline=None)
 @given(case=marker_case(mistral_call, mistral_bad, mistral_truncated(), MARKUP_PIECES[2:5]), cuts=cuts)
 def test_mistral_any_split_gives_the_expected_content_and_calls(case: Case, cuts: list[int]) -> None:
     check_every_split("mistral", case, cuts)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    case=marker_case(
+        mistral_call, mistral_bad | st.sampled_from(MISTRAL_OPENED), mistral_truncated(opened=True), MARKUP_PIECES[2:5]
+    ),
+    cuts=cuts,
+)
+def test_mistral_calls_cut_or_malformed_after_they_opened_are_the_same_for_every_split(
+    case: Case, cuts: list[int]
+) -> None:
+    check_same_at_every_split("mistral", case.text, cuts)
 
 
 # ---- leading formats: llama3_json, pythonic, forced_* ---------------------------------------
