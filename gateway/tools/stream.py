@@ -257,20 +257,35 @@ class LeadingParser(StreamParser):
 
     After a valid call, whitespace and ``SUFFIXES`` are dropped; ``SEPARATOR`` (Llama 3's ``;``)
     followed by another opener starts the next call; anything else is content to the end.
+
+    A format whose arguments stream says, in ``_stream_start``, when a span opens a call (its
+    name and where its JSON arguments object begins): the call opens at once, its arguments
+    follow as they settle (``ArgumentStream``), and the span ends where its brackets balance.
+    From the opening on the span is a call whatever follows: arguments that turn malformed, or
+    are cut off, end it where they stopped making sense, and the rest of the span is not read.
     """
 
     OPENER: ClassVar[str]
     PREFIXES: ClassVar[tuple[str, ...]] = ()
     SUFFIXES: ClassVar[tuple[str, ...]] = ()
     SEPARATOR: ClassVar[str] = ""
+    VERBATIM_NUMBERS: ClassVar[bool] = False
+    """Streamed numbers that do not fit a float go out as written (``ArgumentStream``)."""
     _START, _SPAN, _AFTER, _NEXT = range(4)
-    __slots__ = ("_mode", "_open_at", "_span")
+    __slots__ = ("_arguments", "_mode", "_open_at", "_span")
 
     def __init__(self, tool_names: frozenset[str]) -> None:
         super().__init__(tool_names)
         self._mode = self._START
         self._span: Span | None = None
         self._open_at = 0
+        self._arguments: ArgumentStream | None = None
+
+    def _stream_start(self, text: str, start: int) -> tuple[str, int] | None:
+        """(the function, where its arguments object begins) once the span opened at ``start``
+        opens a call whose arguments stream; None while it does not (the span is then read
+        whole when it closes). The answer for a prefix must hold for every longer text."""
+        return None
 
     def _make_span(self, start: int) -> Span:
         """Where the call list opened at ``start`` ends: JSON brackets unless the format says."""
@@ -298,6 +313,27 @@ class LeadingParser(StreamParser):
             self._buf = ""
         return self._result(out, calls)
 
+    def _stream(self, arguments: ArgumentStream, calls: list[ParsedCall], final: bool) -> bool:
+        """The open call's next piece; its last one where the span's brackets balance (or at
+        the end of the output)."""
+        buf = self._buf
+        if not (arguments.done or arguments.failed):
+            piece = arguments.advance(buf, final)
+            if piece:
+                calls.append(ParsedCall("", piece, opens=False, closes=False))
+            if not (arguments.done or arguments.failed or final):
+                return False
+        assert self._span is not None
+        end = self._span.end(buf)
+        if end is None:
+            if not final:
+                return False
+            end = len(buf)
+        calls.append(ParsedCall("", "", opens=False, closes=True))
+        self._arguments = None
+        self._buf, self._mode = buf[end:], self._AFTER
+        return True
+
     def _to_plain(self, out: list[str], start: int) -> bool:
         out.append(self._buf[start:])
         self._buf, self._plain = "", True
@@ -308,6 +344,15 @@ class LeadingParser(StreamParser):
         buf, mode = self._buf, self._mode
         if mode == self._SPAN:
             assert self._span is not None
+            arguments = self._arguments
+            if arguments is None:
+                opening = self._stream_start(buf, self._open_at)
+                if opening is not None:
+                    name, start = opening
+                    arguments = self._arguments = ArgumentStream(start, verbatim_numbers=self.VERBATIM_NUMBERS)
+                    calls.append(ParsedCall(name, "", closes=False))
+            if arguments is not None:
+                return self._stream(arguments, calls, final)
             end = self._span.end(buf)
             if end is None:
                 return False  # at the end of the sequence, _advance returns it all as content

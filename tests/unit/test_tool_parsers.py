@@ -16,7 +16,7 @@ from gateway.tools.scan import JsonSpan, PythonSpan, held_from
 from gateway.tools.types import whole_calls
 
 NAMES = frozenset({"get_weather", "search", "noop"})
-STREAMING = frozenset({"hermes", "mistral", "deepseek_v31", "kimi_k2"})
+STREAMING = frozenset({"hermes", "mistral", "deepseek_v31", "kimi_k2", "llama3_json"})
 """Formats whose calls open before their arguments are whole (``openai`` is tested apart)."""
 WEATHER = ParsedCall("get_weather", '{"city": "Paris"}')
 
@@ -171,9 +171,22 @@ def test_llama3_malformed_second_call_keeps_the_first() -> None:
     assert run("llama3_json", text) == ('; {"name": "unknown", "parameters": {}}', [WEATHER])
 
 
-def test_llama3_truncated_call_is_content() -> None:
+def test_llama3_call_cut_before_it_opened_is_content_and_after_keeps_what_it_streamed() -> None:
     text = '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Pa'
-    assert run("llama3_json", text) == (text, [])
+    assert run("llama3_json", text) == ("", [ParsedCall("get_weather", '{"city": "Pa')])
+    at = text.index("{", text.index("parameters"))
+    assert run("llama3_json", text[:at]) == (text[:at], [])
+
+
+def test_llama3_arguments_stream_and_the_object_ends_where_its_braces_balance() -> None:
+    first, second, last = steps(
+        "llama3_json", '{"name": "get_weather", "parameters": {"ci', 'ty": "Paris"}, "id": 1} ; x'
+    )
+    assert first == ("", [ParsedCall("get_weather", "", closes=False), ParsedCall("", "{", False, False)])
+    assert second == ("; x", [ParsedCall("", '"city": "Paris"}', False, False), ParsedCall("", "", False, True)])
+    assert last == ("", [])
+    malformed = '{"name": "get_weather", "parameters": {"city": Paris}} and text'
+    assert run("llama3_json", malformed) == ("and text", [ParsedCall("get_weather", '{"city": ')])
 
 
 def test_llama3_llama4_markers_around_the_call_are_dropped() -> None:
@@ -318,18 +331,30 @@ def test_pythonic_text_after_the_list_is_content() -> None:
 def test_forced_named_object_is_the_call() -> None:
     names = frozenset({"get_weather"})
     assert run("forced_named", ' {"city": "Paris"} ', names=names) == ("", [WEATHER])
-    assert run("forced_named", '{"city": "Par', names=names) == ('{"city": "Par', [])
+    assert run("forced_named", '{"city": "Par', names=names) == ("", [ParsedCall("get_weather", '{"city": "Par')])
+    assert run("forced_named", "{", names=names) == ("{", [])
     assert run("forced_named", "I cannot", names=names) == ("I cannot", [])
 
 
 @pytest.mark.parametrize("number", ["1e400", "-1e999", "1" * 5000])
 def test_forced_named_keeps_the_models_text_when_a_number_does_not_fit_python(number: str) -> None:
-    """The text is valid JSON and the forced call's whole output: it goes out as written."""
+    """The text is valid JSON and the forced call's whole output: the number goes out as
+    written."""
     names = frozenset({"noop"})
     text = f' {{"x": {number}, "y": [1, 2]}}\n'
     assert run("forced_named", text, names=names) == ("", [ParsedCall("noop", text.strip())])
-    for not_json in ['{"x": NaN}', '{"x": 1e400', "[1e400]"]:
-        assert run("forced_named", not_json, names=names) == (not_json, [])
+    assert run("forced_named", '{"x": NaN}', names=names) == ("", [ParsedCall("noop", '{"x": ')])
+    assert run("forced_named", '{"x": 1e400', names=names) == ("", [ParsedCall("noop", '{"x": 1e400')])
+    assert run("forced_named", "[1e400]", names=names) == ("[1e400]", [])
+
+
+def test_forced_named_arguments_stream_from_the_first_key() -> None:
+    names = frozenset({"get_weather"})
+    first, second, third, last = steps("forced_named", '{"city"', ': "Par', 'is"} ', names=names)
+    assert first == ("", [ParsedCall("get_weather", "", closes=False), ParsedCall("", '{"city"', False, False)])
+    assert second == ("", [ParsedCall("", ': "Par', False, False)])
+    assert third == ("", [ParsedCall("", 'is"}', False, False), ParsedCall("", "", False, True)])
+    assert last == ("", [])
 
 
 def test_forced_named_needs_exactly_one_name() -> None:

@@ -23,7 +23,7 @@ from gateway.tools.types import ParsedCall
 
 OPEN = "<tool_call>"
 CLOSE = "</tool_call>"
-_HEADER = re.compile(r'\s*\{\s*"name"\s*:\s*"([^"\\]*)"\s*,\s*"(?:arguments|parameters)"\s*:\s*(?=\{)')
+HEADER = re.compile(r'\s*\{\s*"name"\s*:\s*"([^"\\]*)"\s*,\s*"(?:arguments|parameters)"\s*:\s*(?=\{)')
 """A block's opening up to its arguments object, when it names the function first."""
 
 
@@ -37,7 +37,7 @@ class HermesParser(ArgumentsBlockParser):
         buf = self._buf
         arguments = self._arguments
         if arguments is None:
-            header = _HEADER.match(buf, self._open_end)
+            header = HEADER.match(buf, self._open_end)
             if header is not None and header.group(1) in self._tool_names:
                 arguments = self._open_call(header.group(1), header.end())
         if arguments is not None:
