@@ -12,12 +12,18 @@ one, which the parser holds while nothing else has been seen).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import ClassVar, Protocol
 
 from gateway.tools.argstream import ArgumentStream
+from gateway.tools.calls import call_from_object, load_json
 from gateway.tools.scan import JsonSpan, held_from, skip_space
 from gateway.tools.types import ParsedCall
+
+HEADER = re.compile(r'\s*\{\s*"name"\s*:\s*"([^"\\]*)"\s*,\s*"(?:arguments|parameters)"\s*:\s*(?=\{)')
+"""A call object's opening up to its arguments object, when it names the function first (the
+order hermes', Mistral's and Llama's templates ask for): where its arguments can stream."""
 
 
 class Span(Protocol):
@@ -271,8 +277,10 @@ class LeadingParser(StreamParser):
     SEPARATOR: ClassVar[str] = ""
     VERBATIM_NUMBERS: ClassVar[bool] = False
     """Streamed numbers that do not fit a float go out as written (``ArgumentStream``)."""
+    CALL_ARRAY: ClassVar[bool] = False
+    """The span is an array of call objects, streamed by ``CallArray``."""
     _START, _SPAN, _AFTER, _NEXT = range(4)
-    __slots__ = ("_arguments", "_mode", "_open_at", "_span")
+    __slots__ = ("_arguments", "_array", "_mode", "_open_at", "_span")
 
     def __init__(self, tool_names: frozenset[str]) -> None:
         super().__init__(tool_names)
@@ -280,6 +288,7 @@ class LeadingParser(StreamParser):
         self._span: Span | None = None
         self._open_at = 0
         self._arguments: ArgumentStream | None = None
+        self._array: CallArray | None = None
 
     def _stream_start(self, text: str, start: int) -> tuple[str, int] | None:
         """(the function, where its arguments object begins) once the span opened at ``start``
@@ -344,6 +353,16 @@ class LeadingParser(StreamParser):
         buf, mode = self._buf, self._mode
         if mode == self._SPAN:
             assert self._span is not None
+            array = self._array
+            if array is not None:
+                array_end = array.advance(buf, final, calls)
+                if array.whole:
+                    self._array = None  # no call came out: read whole below
+                elif array_end is None:
+                    return False
+                else:
+                    self._array, self._buf, self._mode = None, buf[array_end:], self._AFTER
+                    return True
             arguments = self._arguments
             if arguments is None:
                 opening = self._stream_start(buf, self._open_at)
@@ -392,4 +411,120 @@ class LeadingParser(StreamParser):
         if not could:
             return self._to_plain(out, 0)
         self._span, self._open_at, self._mode = self._make_span(pos), pos, self._SPAN
+        if self.CALL_ARRAY:
+            self._array = CallArray(pos, self._tool_names)
         return True
+
+
+_ELEMENT, _ARGUMENTS, _SEPARATOR, _DROP = range(4)
+
+
+class CallArray:
+    """A JSON array of call objects (``[{"name": ..., "arguments": {...}}, ...]``), its calls
+    streamed as they arrive (Mistral before v11, the forced ``required`` array).
+
+    An element that names one of the tools first and opens its arguments object (``HEADER``)
+    opens its call at once, and its arguments follow as they settle (``ArgumentStream``); an
+    element written another way is read whole where its braces balance, and is a call when
+    valid. While no call has come out, anything malformed makes ``whole`` true: the caller reads
+    the array whole (and returns it as content). Once one has, the array is calls: malformed
+    arguments end their call where they stopped making sense, and a malformed element, or
+    anything but ``,`` or ``]`` after one, ends the calls there; the rest of the array, to where
+    its brackets balance or the end of the output, is not read.
+    """
+
+    __slots__ = ("_arguments", "_element", "_element_at", "_next", "_span", "_stage", "_tool_names", "opened", "whole")
+
+    def __init__(self, start: int, tool_names: frozenset[str]) -> None:
+        self._span = JsonSpan(start)
+        self._tool_names = tool_names
+        self._next = start + 1
+        self._stage = _ELEMENT
+        self._element: JsonSpan | None = None
+        self._element_at = 0
+        self._arguments: ArgumentStream | None = None
+        self.opened = False
+        self.whole = False
+
+    def advance(self, buf: str, final: bool, out: list[ParsedCall]) -> int | None:
+        """Add the pieces ``buf`` now settles to ``out``; the index just past the array once it
+        ended, None while it is open (never at the end of the output, unless ``whole``)."""
+        size = len(buf)
+        while not self.whole:
+            stage = self._stage
+            if stage == _DROP:
+                end = self._span.end(buf)
+                return end if end is not None else size if final else None
+            if stage == _ARGUMENTS:
+                if not self._settle(buf, final, out):
+                    return None
+                continue
+            pos = skip_space(buf, self._next)
+            if pos == size:
+                if final:
+                    self._give_up()
+                    continue
+                return None
+            char = buf[pos]
+            if stage == _SEPARATOR:
+                if char == "]":
+                    return pos + 1
+                if char != ",":
+                    self._give_up()
+                    continue
+                self._next, self._stage = pos + 1, _ELEMENT
+                continue
+            if self._element is None:
+                if char != "{":
+                    self._give_up()
+                    continue
+                self._element, self._element_at = JsonSpan(pos), pos
+            header = HEADER.match(buf, self._element_at)
+            if header is not None and header.group(1) in self._tool_names:
+                self._arguments = ArgumentStream(header.end())
+                out.append(ParsedCall(header.group(1), "", closes=False))
+                self.opened, self._stage = True, _ARGUMENTS
+                continue
+            end = self._element.end(buf)
+            if end is None:
+                if final:
+                    self._give_up()
+                    continue
+                return None
+            call = call_from_object(load_json(buf[self._element_at : end]), self._tool_names)
+            if call is None:
+                self._give_up()
+                continue
+            out.append(call)
+            self.opened = True
+            self._element, self._next, self._stage = None, end, _SEPARATOR
+        return None
+
+    def _settle(self, buf: str, final: bool, out: list[ParsedCall]) -> bool:
+        """The open call's next piece; True once it closed (at its element's end)."""
+        arguments = self._arguments
+        assert arguments is not None and self._element is not None
+        if not (arguments.done or arguments.failed):
+            piece = arguments.advance(buf, final)
+            if piece:
+                out.append(ParsedCall("", piece, opens=False, closes=False))
+            if not (arguments.done or arguments.failed or final):
+                return False
+        end = self._element.end(buf) if arguments.done else None
+        if end is None and arguments.done and not final:
+            return False
+        out.append(ParsedCall("", "", opens=False, closes=True))
+        self._arguments = None
+        if end is None:
+            self._stage = _DROP
+        else:
+            self._element, self._next, self._stage = None, end, _SEPARATOR
+        return True
+
+    def _give_up(self) -> None:
+        """Something out of place: the rest is dropped once a call came out, else the array is
+        read whole."""
+        if self.opened:
+            self._stage = _DROP
+        else:
+            self.whole = True

@@ -16,7 +16,7 @@ from gateway.tools.scan import JsonSpan, PythonSpan, held_from
 from gateway.tools.types import whole_calls
 
 NAMES = frozenset({"get_weather", "search", "noop"})
-STREAMING = frozenset({"hermes", "mistral", "deepseek_v31", "kimi_k2", "llama3_json"})
+STREAMING = frozenset({"hermes", "mistral", "deepseek_v31", "kimi_k2", "llama3_json", "forced_required"})
 """Formats whose calls open before their arguments are whole (``openai`` is tested apart)."""
 WEATHER = ParsedCall("get_weather", '{"city": "Paris"}')
 
@@ -220,9 +220,22 @@ def test_mistral_v13_call_id_is_ignored() -> None:
     assert run("mistral", '[TOOL_CALLS]get_weather[CALL_ID]a1b2c3d4e[ARGS]{"city": "Paris"}') == ("", [WEATHER])
 
 
-def test_mistral_array_with_one_bad_element_is_content_as_a_whole() -> None:
-    text = '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "unknown", "arguments": {}}]'
+def test_mistral_array_whose_first_element_is_no_call_is_content_as_a_whole() -> None:
+    text = '[TOOL_CALLS][{"name": "unknown", "arguments": {}}, {"name": "get_weather", "arguments": {"city": "Paris"}}]'
     assert run("mistral", text) == (text, [])
+
+
+def test_mistral_array_calls_stream_and_a_bad_element_ends_them() -> None:
+    text = (
+        '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "unknown", "arguments": {}}] x'
+    )
+    assert run("mistral", text) == ("x", [WEATHER])
+    at = text.index("Par")
+    first, second, _ = steps("mistral", text[:at], text[at:])
+    assert first == ("", [ParsedCall("get_weather", "", closes=False), ParsedCall("", '{"city": "', False, False)])
+    assert second == ("x", [ParsedCall("", 'Paris"}', False, False), ParsedCall("", "", False, True)])
+    later = '[TOOL_CALLS][{"arguments": {}, "name": "noop"}, {"name": "get_weather", "arguments": {"city": "Paris"}}]'
+    assert run("mistral", later) == ("", [ParsedCall("noop", "{}"), WEATHER])
 
 
 def test_mistral_empty_array_is_content_not_zero_calls() -> None:
@@ -242,9 +255,11 @@ def test_mistral_unknown_v11_name_is_content_and_later_calls_still_parse() -> No
     assert run("mistral", text) == ('[TOOL_CALLS]unknown[ARGS]{"a": 1} ', [WEATHER])
 
 
-def test_mistral_unclosed_array_runs_to_the_end_as_content() -> None:
-    """Nothing marks where a broken array ends: what follows belongs to it, and all is content."""
+def test_mistral_unclosed_array_runs_to_the_end() -> None:
+    """Nothing marks where a broken array ends: what follows belongs to it and is not read."""
     text = '[TOOL_CALLS][{"name": "noop", "arguments": {]  [TOOL_CALLS]noop[ARGS]{}'
+    assert run("mistral", text) == ("", [ParsedCall("noop", "{")])
+    text = '[TOOL_CALLS][{"arguments": {]  [TOOL_CALLS]noop[ARGS]{}'
     assert run("mistral", text) == (text, [])
 
 

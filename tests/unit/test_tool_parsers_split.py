@@ -274,7 +274,7 @@ def mistral_call(draw: st.DrawFn) -> tuple[str, list[ParsedCall]]:
     ]
 
 
-MISTRAL_BAD = [f"[TOOL_CALLS] [{body}]" for body in BAD_OBJECTS] + [
+MISTRAL_BAD = [f"[TOOL_CALLS] [{body}]" for body in BAD_OBJECTS if not hermes_opens(body)] + [
     "[TOOL_CALLS][]",
     "[TOOL_CALLS] [{}, 1]",
     '[TOOL_CALLS]unknown_tool[ARGS]{"a": 1}',
@@ -287,7 +287,9 @@ MISTRAL_BAD = [f"[TOOL_CALLS] [{body}]" for body in BAD_OBJECTS] + [
     "[TOOL_CALLS]get_weather[ARGS]x",
     "[TOOL_CALLS]!",
 ]
-MISTRAL_OPENED = [
+MISTRAL_OPENED = [f"[TOOL_CALLS] [{body}]" for body in BAD_OBJECTS if hermes_opens(body)] + [
+    '[TOOL_CALLS][{"name": "noop", "arguments": {}} {"name": "noop"}] x',
+    '[TOOL_CALLS][{"name": "noop", "arguments": {}}, 3] x',
     "[TOOL_CALLS]get_weather[ARGS]{bad}",
     '[TOOL_CALLS]get_weather[ARGS]{"city": NaN} and text',
     '[TOOL_CALLS]noop[ARGS]{"a": 1e400}',
@@ -302,8 +304,8 @@ def mistral_truncated(draw: st.DrawFn, *, opened: bool = False) -> str:
     """A call cut off: before a v11 call opened (content), or, ``opened``, anywhere."""
     raw, _ = draw(mistral_call())
     last = len(raw) - 1
-    if not opened and ARGS in raw:
-        last = raw.index("{", raw.index(ARGS))
+    if not opened:  # before the first call's arguments (or, written first, its end)
+        last = raw.index("{", raw.index(ARGS)) if ARGS in raw else raw.index('"arguments"')
     return raw[: draw(st.integers(len("[TOOL_CALLS]"), last))]
 
 
@@ -487,7 +489,7 @@ def test_forced_named_cut_or_malformed_after_it_opened_is_the_same_for_every_spl
 
 
 @st.composite
-def forced_required_case(draw: st.DrawFn) -> Case:
+def forced_required_case(draw: st.DrawFn, *, opened: bool = False) -> Case:
     lead = draw(spaces)
     kind = draw(st.sampled_from(["valid", "valid", "bad", "truncated", "plain"]))
     found = [draw(call_object("parameters")) for _ in range(draw(st.integers(1, 3)))]
@@ -499,9 +501,9 @@ def forced_required_case(draw: st.DrawFn) -> Case:
         text = lead + draw(plain_texts | st.sampled_from(['{"name": "noop", "parameters": {}}', "[]"]))
         return Case(text, text, [])
     if kind == "bad":
-        bad = "[" + draw(st.sampled_from(BAD_OBJECTS)) + "]"
-    else:
-        bad = array[: draw(st.integers(1, len(array) - 1))]
+        bad = "[" + draw(st.sampled_from([b for b in BAD_OBJECTS if opened or not hermes_opens(b)])) + "]"
+    else:  # before the first call's arguments (or, written first, its end), unless ``opened``
+        bad = array[: draw(st.integers(1, len(array) - 1 if opened else array.index('"parameters"')))]
     return Case(lead + bad, lead + bad, [])
 
 
@@ -511,6 +513,14 @@ def test_forced_required_any_split_gives_the_expected_content_and_calls(case: Ca
     check_every_split("forced_required", case, cuts)
 
 
+@settings(max_examples=100, deadline=None)
+@given(case=forced_required_case(opened=True), cuts=cuts)
+def test_forced_required_calls_cut_or_malformed_after_they_opened_are_the_same_for_every_split(
+    case: Case, cuts: list[int]
+) -> None:
+    check_same_at_every_split("forced_required", case.text, cuts)
+
+
 @pytest.mark.parametrize(
     ("parser", "text"),
     [("hermes", f"<tool_call>{body}</tool_call>") for body in HERMES_CONTENT]
@@ -518,7 +528,7 @@ def test_forced_required_any_split_gives_the_expected_content_and_calls(case: Ca
     + [("llama3_json", body) for body in BAD_OBJECTS if not hermes_opens(body)]
     + [("pythonic", text) for text in PYTHON_BAD]
     + [("forced_named", text) for text in FORCED_BAD]
-    + [("forced_required", f"[{body}]") for body in BAD_OBJECTS],
+    + [("forced_required", f"[{body}]") for body in BAD_OBJECTS if not hermes_opens(body)],
 )
 def test_every_listed_malformed_output_is_content_verbatim_at_every_split(parser: str, text: str) -> None:
     """The generated cases draw from these lists; here each one runs, whole and split."""

@@ -185,4 +185,5 @@ def test_parallel_false_keeps_one_call_and_length_stays_length() -> None:
 def test_a_forced_named_call_finishes_with_stop() -> None:
     reader = ToolCallReader(ToolPlan(FORCED_NAMED, frozenset({"f"}), parallel=True, forced_name="f"))
     shown, made, finish = reader.read('{"a": 2}', "stop")
-    assert shown == "" and [c.name for c in made or ()] == ["f"] and finish == "stop"
+    assert shown == "" and [c.name for c in made or () if c.opens] == ["f"] and finish == "stop"
+    assert "".join(c.arguments for c in made or ()) == '{"a": 2}' and len({c.id for c in made or ()}) == 1

@@ -14,17 +14,14 @@ tag, and is content when it is not a valid call.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 from gateway.tools.calls import call_from_object, load_json
-from gateway.tools.stream import ArgumentsBlockParser
+from gateway.tools.stream import HEADER, ArgumentsBlockParser
 from gateway.tools.types import ParsedCall
 
 OPEN = "<tool_call>"
 CLOSE = "</tool_call>"
-HEADER = re.compile(r'\s*\{\s*"name"\s*:\s*"([^"\\]*)"\s*,\s*"(?:arguments|parameters)"\s*:\s*(?=\{)')
-"""A block's opening up to its arguments object, when it names the function first."""
 
 
 class HermesParser(ArgumentsBlockParser):

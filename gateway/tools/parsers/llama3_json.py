@@ -19,9 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gateway.tools.calls import call_from_object, load_json
-from gateway.tools.parsers.hermes import HEADER
 from gateway.tools.scan import could_open_object
-from gateway.tools.stream import LeadingParser
+from gateway.tools.stream import HEADER, LeadingParser
 from gateway.tools.types import ParsedCall
 
 PYTHON_TAG = "<|python_tag|>"

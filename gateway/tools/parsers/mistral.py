@@ -1,8 +1,9 @@
 """``mistral``: ``[TOOL_CALLS]`` then the calls, in either of Mistral's two spellings.
 
 - Tokenizers before v11 (Mistral 7B v0.3, Mixtral 8x22B, Nemo): ``[TOOL_CALLS] [{"name": ...,
-  "arguments": {...}}, ...]``, a JSON array (one object alone is accepted too). The array is one
-  block: its calls are returned together when it closes, or it is content as a whole.
+  "arguments": {...}}, ...]``, a JSON array, whose calls stream as ``CallArray`` reads them (an
+  array whose first element is no valid call is content, whole). One object alone is accepted
+  too, read whole when its braces balance.
 - v11 and later (Mistral Small 3.x, Large 2411, Pixtral Large, Magistral, Devstral):
   ``[TOOL_CALLS]name[ARGS]{...}``, repeated for parallel calls; v13 adds ``[CALL_ID]id`` before
   ``[ARGS]`` (the id is ignored: the gateway issues its own). Arguments stream: once the name is
@@ -21,7 +22,7 @@ from collections.abc import Sequence
 
 from gateway.tools.calls import calls_from_json_text, dump_arguments, load_json
 from gateway.tools.scan import JsonSpan, skip_space
-from gateway.tools.stream import ArgumentsBlockParser
+from gateway.tools.stream import ArgumentsBlockParser, CallArray
 from gateway.tools.types import ParsedCall
 
 TOOL_CALLS = "[TOOL_CALLS]"
@@ -30,7 +31,7 @@ CALL_ID = "[CALL_ID]"
 
 _NAME = re.compile(r"([A-Za-z0-9_.\-]*)\s*")
 _ID = re.compile(r"[A-Za-z0-9_\-]*\s*")
-_ENTRY, _JSON, _NAME_STAGE, _ID_STAGE, _ARGS_START, _ARGS, _STREAM = range(7)
+_ENTRY, _JSON, _NAME_STAGE, _ID_STAGE, _ARGS_START, _ARGS, _STREAM, _ARRAY = range(8)
 
 
 def _partial(text: str, pos: int, marker: str) -> bool:
@@ -41,7 +42,7 @@ class MistralParser(ArgumentsBlockParser):
     MARKER = TOOL_CALLS
     CLOSE = TOOL_CALLS
     TRIGGER = "["
-    __slots__ = ("_json_at", "_name", "_pos", "_span", "_stage")
+    __slots__ = ("_array", "_json_at", "_name", "_pos", "_span", "_stage")
 
     def __init__(self, tool_names: frozenset[str]) -> None:
         super().__init__(tool_names)
@@ -50,6 +51,7 @@ class MistralParser(ArgumentsBlockParser):
         self._span = JsonSpan(0)
         self._json_at = 0
         self._name = ""
+        self._array: CallArray | None = None
 
     def _begin(self) -> None:
         super()._begin()
@@ -64,7 +66,9 @@ class MistralParser(ArgumentsBlockParser):
                 pos = skip_space(buf, self._pos)
                 if pos == size:
                     return None
-                if buf[pos] in "[{":
+                if buf[pos] == "[":
+                    self._array, self._json_at, self._stage = CallArray(pos, self._tool_names), pos, _ARRAY
+                elif buf[pos] == "{":
                     self._open_json(pos, _JSON)
                 else:
                     self._stage, self._pos = _NAME_STAGE, pos
@@ -76,6 +80,12 @@ class MistralParser(ArgumentsBlockParser):
                 if stage == _JSON:
                     return end, calls_from_json_text(text, self._tool_names)
                 return end, self._args_call(text)
+            elif stage == _ARRAY:
+                assert self._array is not None
+                end = self._array.advance(buf, final, self._parts)
+                if not self._array.whole:
+                    return None if end is None else (end, [])
+                self._open_json(self._json_at, _JSON)
             elif stage == _STREAM:
                 return self._stream_v11(final)
             elif stage == _ARGS_START:
