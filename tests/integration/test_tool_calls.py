@@ -337,6 +337,64 @@ def test_arguments_stream_as_they_are_generated(gateway: GatewayProcess) -> None
     assert deltas == ["", '{"city": ', '"Zur', 'ich"', "}"]
 
 
+CITY = [b'{"city": ', b'"Zur', b'ich"', b"}"]
+"""A call's arguments as four tokens; their re-dumped deltas are the same four pieces."""
+# parser → (the tokens of one call to get_weather, the request's extra fields)
+STREAMED: dict[str, tuple[list[bytes], dict[str, Any]]] = {
+    "mistral": ([b"[TOOL_CALLS]", b"get_weather", b"[ARGS]", *CITY], {}),
+    "llama3_json": ([b"<|python_tag|>", b'{"name": "get_weather", ', b'"parameters": ', *CITY, b"}"], {}),
+    "deepseek_v31": (
+        ["<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>".encode(), *CITY]
+        + ["<｜tool▁call▁end｜><｜tool▁calls▁end｜>".encode()],
+        {},
+    ),
+    "kimi_k2": (
+        [b"<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>", *CITY]
+        + [b"<|tool_call_end|><|tool_calls_section_end|>"],
+        {},
+    ),
+}
+FORCED: dict[str, tuple[list[bytes], dict[str, Any]]] = {
+    "forced_named": (CITY, {"tool_choice": {"type": "function", "function": {"name": "get_weather"}}}),
+    "forced_required": ([b'[{"name": "get_weather", ', b'"parameters": ', *CITY, b"}]"], {"tool_choice": "required"}),
+}
+
+
+def argument_deltas(gateway: GatewayProcess, pieces: list[bytes], extra: dict[str, Any]) -> list[tuple[str, str]]:
+    """Each tool-call delta of a stream of one response per piece: (name or "", arguments)."""
+    request = {"model": SCRIPTED, "stream": True, "tools": TOOLS, "messages": user(script(pieces)), **extra}
+    deltas = []
+    with httpx.stream("POST", gateway.url + "/v1/chat/completions", json=request, timeout=30) as response:
+        for line in response.iter_lines():
+            if line.startswith("data: {"):
+                for choice in json.loads(line[6:])["choices"]:
+                    for part in choice["delta"].get("tool_calls") or ():
+                        deltas.append((part["function"].get("name", ""), part["function"].get("arguments", "")))
+    return deltas
+
+
+def test_each_json_format_streams_its_arguments_as_they_are_generated(
+    parser_gateway: tuple[str, GatewayProcess],
+) -> None:
+    """The call opens before its arguments are whole, and they arrive in several deltas that
+    join to exactly what the whole answer says."""
+    name, gateway = parser_gateway
+    if name not in STREAMED:
+        pytest.skip(f"{name}: streamed in test_arguments_stream_as_they_are_generated or whole")
+    pieces, extra = STREAMED[name]
+    deltas = argument_deltas(gateway, pieces, extra)
+    assert deltas[0] == ("get_weather", "")
+    assert [arguments for _, arguments in deltas[1:]] == [piece.decode() for piece in CITY]
+
+
+@pytest.mark.parametrize("parser", sorted(FORCED))
+def test_forced_calls_stream_their_arguments_as_they_are_generated(gateway: GatewayProcess, parser: str) -> None:
+    pieces, extra = FORCED[parser]
+    deltas = argument_deltas(gateway, pieces, extra)
+    assert deltas[0][0] == "get_weather" and [name for name, _ in deltas[1:]] == [""] * (len(deltas) - 1)
+    assert [arguments for _, arguments in deltas if arguments] == [piece.decode() for piece in CITY]
+
+
 def test_a_tool_round_trip_renders_the_calls_and_results_in_the_prompt(client: openai.OpenAI) -> None:
     history = [
         {"role": "user", "content": "weather in Paris?"},
