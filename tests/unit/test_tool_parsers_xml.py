@@ -7,6 +7,7 @@ time and split in two at every position (the helpers of ``test_tool_parsers_spli
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -180,13 +181,35 @@ def test_glm45_one_line_spelling_and_a_call_without_arguments() -> None:
 
 GLM_BAD = [
     glm("unknown_tool", ("a", "1")),
-    "<tool_call>get_weather\n<arg_key>city</arg_key>\n</tool_call>",  # a key without its value
-    "<tool_call>get_weather\n<arg_value>Paris</arg_value>\n</tool_call>",
-    "<tool_call>get_weather\n<arg_key>city</arg_key><arg_value>Paris\n</tool_call>",
-    "<tool_call>get_weather\nsome words\n</tool_call>",
     '<tool_call>{"name": "noop", "arguments": {}}</tool_call>',
     "<tool_call></tool_call>",
 ]
+"""Malformed before the call could open: content, verbatim."""
+GLM_OPENED = {
+    "<tool_call>get_weather\n<arg_key>city</arg_key>\n</tool_call>": "{",  # a key without its value
+    "<tool_call>get_weather\n<arg_value>Paris</arg_value>\n</tool_call>": "{",
+    "<tool_call>get_weather\n<arg_key>city</arg_key><arg_value>Paris\n</tool_call>": '{"city": "Paris',
+    "<tool_call>get_weather\nsome words\n</tool_call>": "{",
+    glm("get_weather", ("days", "3"), ("days", "4")): '{"days": 3',
+    glm("get_weather", ("city", "Paris"))[:-20]: '{"city": "Paris',  # a partial closing tag waits
+}
+"""Malformed or cut after the call opened: the call with the arguments sent until then."""
+
+
+@pytest.mark.parametrize(("block", "sent"), GLM_OPENED.items())
+def test_glm45_malformed_after_the_call_opened_keeps_what_was_sent(block: str, sent: str) -> None:
+    closed = block.endswith("</tool_call>")
+    text = block + (" after" if closed else "")
+    check_every_split("glm45", Case(text, "after" if closed else "", [ParsedCall("get_weather", sent)]), [])
+
+
+def test_glm45_declared_strings_stream_stripped_and_other_values_wait() -> None:
+    instance = make_parser("glm45", NAMES, PARAMS)
+    text = glm("get_weather", ("city", "  Zü rich \n"), ("days", " 12 "), newline=False)
+    pieces = []
+    for char in text:
+        pieces += [call.arguments for call in instance.feed(char)[1] if call.arguments]
+    assert pieces == ["{", '"city": "Z', "ü", " r", "i", "c", "h", '"', ', "days": 12', "}"]
 
 
 @pytest.mark.parametrize("block", GLM_BAD)
@@ -244,11 +267,20 @@ def glm_call(draw: st.DrawFn) -> tuple[str, list[ParsedCall]]:
     return glm(name, *pairs, newline=draw(st.booleans())), [ParsedCall(name, json.dumps(args, ensure_ascii=False))]
 
 
+def qwen_opens_at(raw: str) -> int:
+    return raw.index(">", raw.index("<function="))
+
+
+def glm_opens_at(raw: str) -> int:
+    return min(at for at in (raw.find("\n", 11), raw.find("<arg_key>"), raw.find("</tool_call>")) if at != -1)
+
+
 @st.composite
-def truncated(draw: st.DrawFn, call: Any, *, before: str = "") -> str:
-    """A block cut off anywhere, or before its call opens (``before``: what opens it)."""
+def truncated(draw: st.DrawFn, call: Any, opens_at: Callable[[str], int] | None = None) -> str:
+    """A block cut off anywhere, or, with ``opens_at`` (where what opens its call ends), before
+    its call opens."""
     raw, _ = draw(call())
-    last = raw.index(">", raw.index(before)) if before else len(raw) - 1
+    last = opens_at(raw) if opens_at else len(raw) - 1
     return str(raw[: draw(st.integers(len("<tool_call>"), last))])
 
 
@@ -257,7 +289,7 @@ MARKUP = ["<tool_call>", "</tool_call>"]
 
 @settings(max_examples=150, deadline=None)
 @given(
-    case=marker_case(qwen_call, st.sampled_from(QWEN_BAD), truncated(qwen_call, before="<function="), MARKUP),
+    case=marker_case(qwen_call, st.sampled_from(QWEN_BAD), truncated(qwen_call, qwen_opens_at), MARKUP),
     points=cuts,
 )
 def test_qwen3_coder_any_split_gives_the_expected_content_and_calls(case: Case, points: list[int]) -> None:
@@ -276,7 +308,18 @@ def test_qwen3_coder_calls_cut_or_malformed_after_they_opened_are_the_same_for_e
 
 
 @settings(max_examples=150, deadline=None)
-@given(case=marker_case(glm_call, st.sampled_from(GLM_BAD), truncated(glm_call), MARKUP), points=cuts)
+@given(case=marker_case(glm_call, st.sampled_from(GLM_BAD), truncated(glm_call, glm_opens_at), MARKUP), points=cuts)
 def test_glm45_any_split_gives_the_expected_content_and_calls(case: Case, points: list[int]) -> None:
     assume(case.text)
     check_every_split("glm45", case, points)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    case=marker_case(glm_call, st.sampled_from(GLM_BAD + list(GLM_OPENED)), truncated(glm_call), MARKUP),
+    points=cuts,
+)
+def test_glm45_calls_cut_or_malformed_after_they_opened_are_the_same_for_every_split(
+    case: Case, points: list[int]
+) -> None:
+    check_same_at_every_split("glm45", case.text, points)
