@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -165,6 +166,8 @@ def glm_value(text: str, declared: ParamType | None) -> Any:
 
 
 _NULL_PREFIXES = ("null", "none")
+_PLAIN = re.compile(r'[^"\\\x00-\x1f]*')
+"""Text that stands for itself inside a JSON string (``json.dumps`` with ``ensure_ascii`` off)."""
 
 
 class TypedObject:
@@ -212,7 +215,9 @@ class TypedObject:
     def text(self, chunk: str) -> str:
         """A settled piece of a value that ``streams``: the JSON to send for it."""
         if self._open:
-            return json.dumps(chunk, ensure_ascii=False)[1:-1] if chunk else ""
+            if _PLAIN.fullmatch(chunk):
+                return chunk  # nothing in it that JSON escapes: the per-token case
+            return json.dumps(chunk, ensure_ascii=False)[1:-1]
         held = self._held + chunk
         declared = self._types.get(self._key)
         if declared is not None and declared.nullable and any(w.startswith(held.lower()) for w in _NULL_PREFIXES):

@@ -6,8 +6,10 @@
   shapes); output that starts any other way is content, streamed from its first character.
 
 Both hold text back only while it could still be markup, return a block's raw text as content
-when it turns out malformed, and drop the whitespace after a valid call (and before the first
-one, which the parser holds while nothing else has been seen).
+when it turns out malformed before a call opened, and drop the whitespace after a valid call
+(and before the first one, which the parser holds while nothing else has been seen). Calls
+whose arguments stream open through ``ArgumentsBlockParser`` (marker formats),
+``LeadingParser._stream_start`` and ``CallArray`` (arrays of call objects).
 """
 
 from __future__ import annotations
@@ -207,7 +209,7 @@ class MarkerParser(StreamParser):
 
 
 class ArgumentsBlockParser(MarkerParser):
-    """A marker format whose calls can stream their arguments (hermes, harmony's calls).
+    """A marker format whose calls stream their arguments (every one but pythonic's).
 
     A subclass's ``_close`` calls ``_open_call`` once the block has named one of the tools and
     its JSON arguments object begins, then hands over to ``_stream``: the call opens at once,
