@@ -400,6 +400,29 @@ def test_each_json_format_streams_its_arguments_as_they_are_generated(
     assert [arguments for _, arguments in deltas[1:]] == [piece.decode() for piece in CITY]
 
 
+def test_each_format_cut_after_its_call_opened_keeps_what_it_streamed(
+    parser_gateway: tuple[str, GatewayProcess],
+) -> None:
+    """``max_tokens`` cuts the call inside its string argument: streamed or not, the call ends
+    with the arguments sent so far, and nothing of it comes back as content."""
+    name, gateway = parser_gateway
+    pieces = TYPED.get(name) or STREAMED.get(name, ([], {}))[0]
+    if not pieces:
+        pytest.skip(f"{name}: cut after opening in test_a_call_cut_after_it_opened_keeps_the_arguments_it_streamed")
+    data = b"".join(pieces[: pieces.index(b"Zur" if name in TYPED else b'"Zur') + 1])
+    with openai.OpenAI(base_url=gateway.url + "/v1", api_key="unused", max_retries=0) as client:
+        whole = complete(client, messages=user(script([data], finish="length")))
+    assert not whole.message.content and whole.finish_reason == "length"
+    assert [(c.function.name, c.function.arguments) for c in whole.message.tool_calls or ()] == [
+        ("get_weather", '{"city": "Zur')
+    ]
+    got = streamed(gateway, {"messages": user(script(pieces[: len(pieces) - 1], finish="length"))})
+    assert got["content"] == "" and got["finish"] == "length"
+    assert [c["name"] for c in got["calls"]] == ["get_weather"] and got["calls"][0]["arguments"].startswith(
+        '{"city": "Zurich'
+    )
+
+
 @pytest.mark.parametrize("parser", sorted(FORCED))
 def test_forced_calls_stream_their_arguments_as_they_are_generated(gateway: GatewayProcess, parser: str) -> None:
     pieces, extra = FORCED[parser]
