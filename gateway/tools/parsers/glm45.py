@@ -91,9 +91,12 @@ class Glm45Parser(TypedBlockParser):
         buf, start = self._buf, self._text_at
         typed = self._object
         assert typed is not None
+        lead = skip_space(buf, start)
+        if typed.streams and not final and buf.find("<", max(self._sent, lead)) == -1:
+            self._send_text(lead, self._stripped(lead, len(buf)))  # no tag can begin in the unsent text
+            return
         end = buf.find(VALUE_END, self._search)
         close = self._find_close(CLOSE, start)
-        lead = skip_space(buf, start)
         if close != -1 and (end == -1 or close < end):  # the block ends inside the value: cut
             if typed.streams:
                 self._send_text(lead, self._stripped(lead, close))

@@ -121,6 +121,10 @@ class Qwen3CoderParser(TypedBlockParser):
                 self._end(start)
             return
         text_at = start + 1 if buf[start] == "\n" else start
+        if typed.streams and not final and buf.find("<", max(self._sent, text_at)) == -1:
+            size = len(buf)  # no tag can begin in the unsent text: all of it settles but a last newline
+            self._send_text(text_at, size - 1 if size > text_at and buf[size - 1] == "\n" else size)
+            return
         end, hold = self._scan(buf)
         close = self._find_close(CLOSE, start)
         if close != -1 and (end == -1 or close < end):  # the block ends inside the value: cut
