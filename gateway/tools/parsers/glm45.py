@@ -111,10 +111,9 @@ class Glm45Parser(TypedBlockParser):
                 self._send_text(lead, self._stripped(lead, max(hold, lead)))
             return
         stop = self._stripped(lead, end)
-        piece = ""
         if typed.streams:
             self._send_text(lead, stop)
-        self._send(piece + typed.end(buf[lead:stop]))
+        self._send(typed.end(buf[lead:stop]))
         self._stage, self._pos = PARAM, end + len(VALUE_END)
 
     def _stripped(self, lead: int, limit: int) -> int:
