@@ -106,12 +106,9 @@ def measure(args: Any, variants: list[Variant], report: Report) -> None:
         report.add(f"## Reasoning parsers inside the reasoning, 4-character pieces (`{variants[0].name}`)", "")
         report.table(["parser", "µs per feed"], [[name, fmt(us, 3)] for name, us in thinking.items()])
     streamed = runs[variants[0].name][0].get("streamed_arguments_us_per_feed")
-    if streamed is not None:
-        report.add(
-            f"## A hermes call's string argument as it streams, 4-character pieces (`{variants[0].name}`): "
-            f"{streamed:.3f} µs per feed",
-            "",
-        )
+    if streamed:
+        report.add(f"## A call's string argument as it streams, 4-character pieces (`{variants[0].name}`)", "")
+        report.table(["parser", "µs per feed"], [[name, fmt(us, 3)] for name, us in streamed.items()])
     parsers = runs[variants[0].name][0]["tool_parsers_us_per_feed"]
     if parsers:
         report.add(f"## Tool-call parsers on plain prose, 4-character pieces (`{variants[0].name}`)", "")

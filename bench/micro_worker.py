@@ -118,22 +118,34 @@ def tool_parsers() -> dict[str, float]:
     return {name: us_per_feed(lambda name=name: make_parser(name, tools).feed) for name in PARSERS}
 
 
-def streamed_arguments() -> float | None:
-    """µs per ``feed`` of a string argument while a hermes call streams it: what each token of
-    a long argument (code a tool writes) costs; None where arguments do not stream."""
+STREAMED_OPENINGS = {
+    "hermes": '<tool_call>{"name": "get_weather", "arguments": {"text": "',
+    "mistral": '[TOOL_CALLS]get_weather[ARGS]{"text": "',
+    "forced_named": '{"text": "',
+    "qwen3_coder": "<tool_call>\n<function=get_weather>\n<parameter=text>\n",
+}
+"""Each streaming family's call, opened up to a string argument's first character."""
+
+
+def streamed_arguments() -> dict[str, float]:
+    """µs per ``feed`` of a string argument while a call streams it, per format: what each
+    token of a long argument (code a tool writes) costs; empty where arguments do not stream."""
     from gateway.tools import make_parser
 
     try:
         from gateway.tools.argstream import ArgumentStream  # noqa: F401
     except ImportError:
-        return None
+        return {}
+    out = {}
+    for name, opening in STREAMED_OPENINGS.items():
 
-    def make_feed() -> Callable[[str], object]:
-        parser = make_parser("hermes", frozenset({"get_weather"}))
-        parser.feed('<tool_call>{"name": "get_weather", "arguments": {"text": "')
-        return parser.feed
+        def make_feed(name: str = name, opening: str = opening) -> Callable[[str], object]:
+            parser = make_parser(name, frozenset({"get_weather"}))
+            parser.feed(opening)
+            return parser.feed
 
-    return us_per_feed(make_feed)
+        out[name] = us_per_feed(make_feed)
+    return out
 
 
 def reasoning_parsers() -> dict[str, float]:

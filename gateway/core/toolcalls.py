@@ -2,10 +2,11 @@
 
 Runs after stop strings are cut (a stop string ends the text the parser sees, as it ends the
 model's output in vLLM) and before anything is encoded. The parser (``gateway.tools``) holds back
-only text that could still be markup, so plain content streams as before. A call comes whole,
-once its markup has closed and its JSON parsed (which lets malformed output fall back to text
-exactly), or, where the format lets its arguments stream (hermes, harmony), in pieces: an opening that
-names it, then its arguments as they settle (``ParsedCall``; docs/API.md). Ids are made here:
+only text that could still be markup, so plain content streams as before. A call comes in
+pieces: an opening that names it once its markup names a tool and its arguments begin, then its
+arguments as they settle (``ParsedCall``; docs/API.md, "Parsers"); or whole, once its markup has
+closed and parsed (pythonic lists, and markup that cannot open a call, which lets malformed
+output fall back to text exactly). Ids are made here:
 ``call_`` and 24 hex digits, unique per call, the same on every piece of it.
 
 Finish reasons as OpenAI and vLLM give them: ``tool_calls`` when a choice made a call and the

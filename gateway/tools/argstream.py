@@ -16,6 +16,8 @@ valid object, and nothing is returned that a later character could change:
 What ``load_json`` / ``dump_arguments`` refuse, this refuses (``failed``): invalid JSON, NaN and
 infinities, numbers that do not fit a float, lone surrogates, raw control characters in strings,
 and, because a dict keeps a repeated key's first place with its last value, a repeated key.
+With ``verbatim_numbers`` (a forced call, whose output is the arguments: ``verbatim_object``), a
+number that does not fit a float goes out as the model wrote it instead of failing.
 """
 
 from __future__ import annotations
@@ -46,10 +48,11 @@ class _Frame:
 class ArgumentStream:
     """One JSON object, read from ``buf[start:]`` by ``advance`` as the buffer grows."""
 
-    __slots__ = ("_pos", "_stack", "_string_open", "_token", "_key", "_high", "done", "failed", "end")
+    __slots__ = ("_pos", "_stack", "_string_open", "_token", "_key", "_high", "_verbatim", "done", "failed", "end")
 
-    def __init__(self, start: int) -> None:
+    def __init__(self, start: int, *, verbatim_numbers: bool = False) -> None:
         self._pos = start
+        self._verbatim = verbatim_numbers
         self._stack: list[_Frame] = []
         self._string_open = False
         self._token = -1
@@ -62,6 +65,12 @@ class ArgumentStream:
         """The object closed; ``end`` is the index just past it."""
         self.failed = False
         self.end = -1
+
+    @property
+    def pos(self) -> int:
+        """Where reading stopped: past the object when done, at the offending character when
+        failed, else where the next character is read."""
+        return self._pos
 
     def advance(self, buf: str, final: bool = False) -> str:
         """The re-dumped text that ``buf`` (the same buffer, grown) now settles. ``final``: the
@@ -262,8 +271,16 @@ class ArgumentStream:
             else:
                 value = float(text)
                 if value in (float("inf"), float("-inf")):
-                    return self._fail(start)
+                    return self._too_big(text, start, out)
                 out.append(repr(value))
         except ValueError:  # an integer too long to convert
-            return self._fail(start)
+            return self._too_big(text, start, out)
         return pos
+
+    def _too_big(self, text: str, start: int, out: list[str]) -> int:
+        """A valid JSON number Python cannot hold: as written (``verbatim_numbers``), else a
+        failure."""
+        if not self._verbatim:
+            return self._fail(start)
+        out.append(text)
+        return start + len(text)

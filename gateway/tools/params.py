@@ -10,8 +10,10 @@ model answers the same through either server.
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -161,3 +163,74 @@ def glm_value(text: str, declared: ParamType | None) -> Any:
     if value is INVALID:
         value = python_literal(text)
     return text if value is INVALID else value
+
+
+_NULL_PREFIXES = ("null", "none")
+_PLAIN = re.compile(r'[^"\\\x00-\x1f]*')
+"""Text that stands for itself inside a JSON string (``json.dumps`` with ``ensure_ascii`` off)."""
+
+
+class TypedObject:
+    """The JSON arguments of a call whose values are bare text (Qwen3-Coder's, GLM's), written
+    as they settle, so they can stream.
+
+    A value whose parameter is a string (``streams``) goes out a piece at a time as a JSON
+    string; for a nullable string, not before its text can no longer be ``null``/``None``
+    (which types as null). Any other value waits until its text is whole, then is typed by
+    ``typer`` as the whole-block parse types it. A repeated key is refused (``begin``): a dict
+    would keep its first place with the last value, which a stream cannot take back.
+    """
+
+    __slots__ = ("_held", "_key", "_keys", "_open", "_typer", "_types", "_untyped_string")
+
+    def __init__(
+        self,
+        types: Mapping[str, ParamType],
+        typer: Callable[[str, ParamType | None], Any],
+        *,
+        untyped_string: bool,
+    ) -> None:
+        self._types = types
+        self._typer = typer
+        self._untyped_string = untyped_string
+        """A parameter the schema does not list is a string (Qwen3-Coder) or typed (GLM)."""
+        self._keys: set[str] = set()
+        self._key = ""
+        self._open = False
+        self._held = ""
+
+    def begin(self, key: str) -> bool:
+        """A parameter starts; False when its key was seen before."""
+        if key in self._keys:
+            return False
+        self._keys.add(key)
+        self._key, self._open, self._held = key, False, ""
+        return True
+
+    @property
+    def streams(self) -> bool:
+        declared = self._types.get(self._key)
+        return declared.kind == STRING if declared is not None else self._untyped_string
+
+    def text(self, chunk: str) -> str:
+        """A settled piece of a value that ``streams``: the JSON to send for it."""
+        if self._open:
+            if _PLAIN.fullmatch(chunk):
+                return chunk  # nothing in it that JSON escapes: the per-token case
+            return json.dumps(chunk, ensure_ascii=False)[1:-1]
+        held = self._held + chunk
+        declared = self._types.get(self._key)
+        if declared is not None and declared.nullable and any(w.startswith(held.lower()) for w in _NULL_PREFIXES):
+            self._held = held
+            return ""
+        self._open, self._held = True, ""
+        return self._prefix() + json.dumps(held, ensure_ascii=False)[:-1]
+
+    def end(self, value: str) -> str:
+        """The value's whole text is ``value``: the JSON still to send for it."""
+        if self._open:
+            return '"'
+        return self._prefix() + json.dumps(self._typer(value, self._types.get(self._key)), ensure_ascii=False)
+
+    def _prefix(self) -> str:
+        return (", " if len(self._keys) > 1 else "") + json.dumps(self._key, ensure_ascii=False) + ": "

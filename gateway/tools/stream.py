@@ -6,18 +6,26 @@
   shapes); output that starts any other way is content, streamed from its first character.
 
 Both hold text back only while it could still be markup, return a block's raw text as content
-when it turns out malformed, and drop the whitespace after a valid call (and before the first
-one, which the parser holds while nothing else has been seen).
+when it turns out malformed before a call opened, and drop the whitespace after a valid call
+(and before the first one, which the parser holds while nothing else has been seen). Calls
+whose arguments stream open through ``ArgumentsBlockParser`` (marker formats),
+``LeadingParser._stream_start`` and ``CallArray`` (arrays of call objects).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import ClassVar, Protocol
 
 from gateway.tools.argstream import ArgumentStream
+from gateway.tools.calls import call_from_object, load_json
 from gateway.tools.scan import JsonSpan, held_from, skip_space
 from gateway.tools.types import ParsedCall
+
+HEADER = re.compile(r'\s*\{\s*"name"\s*:\s*"([^"\\]*)"\s*,\s*"(?:arguments|parameters)"\s*:\s*(?=\{)')
+"""A call object's opening up to its arguments object, when it names the function first (the
+order hermes', Mistral's and Llama's templates ask for): where its arguments can stream."""
 
 
 class Span(Protocol):
@@ -201,7 +209,7 @@ class MarkerParser(StreamParser):
 
 
 class ArgumentsBlockParser(MarkerParser):
-    """A marker format whose calls can stream their arguments (hermes, harmony's calls).
+    """A marker format whose calls stream their arguments (every one but pythonic's).
 
     A subclass's ``_close`` calls ``_open_call`` once the block has named one of the tools and
     its JSON arguments object begins, then hands over to ``_stream``: the call opens at once,
@@ -226,20 +234,30 @@ class ArgumentsBlockParser(MarkerParser):
         self._parts.append(ParsedCall(name, "", closes=False))
         return arguments
 
-    def _stream(self, arguments: ArgumentStream, final: bool) -> tuple[int, Sequence[ParsedCall]] | None:
-        """The open call's next piece; its last one (and the block's end) at ``CLOSE``."""
-        buf = self._buf
+    def _settle(self, arguments: ArgumentStream, final: bool) -> bool:
+        """Add the open call's next piece; True once its arguments ended (done, failed, or cut
+        off by the end of the output), when the caller closes the call (``_close_call``)."""
         if not (arguments.done or arguments.failed):
-            piece = arguments.advance(buf, final)
+            piece = arguments.advance(self._buf, final)
             if piece:
                 self._parts.append(ParsedCall("", piece, opens=False, closes=False))
             if not (arguments.done or arguments.failed or final):
-                return None
+                return False
+        return True
+
+    def _close_call(self) -> None:
+        self._parts.append(ParsedCall("", "", opens=False, closes=True))
+        self._arguments = None
+
+    def _stream(self, arguments: ArgumentStream, final: bool) -> tuple[int, Sequence[ParsedCall]] | None:
+        """The open call's next piece; its last one (and the block's end) at ``CLOSE``."""
+        if not self._settle(arguments, final):
+            return None
         end = self._find_close(self.CLOSE, arguments.end if arguments.done else 0)
         if end == -1 and not final:
             return None
-        self._parts.append(ParsedCall("", "", opens=False, closes=True))
-        return (len(buf) if end == -1 else end + len(self.CLOSE)), []
+        self._close_call()
+        return (len(self._buf) if end == -1 else end + len(self.CLOSE)), []
 
 
 class LeadingParser(StreamParser):
@@ -247,20 +265,38 @@ class LeadingParser(StreamParser):
 
     After a valid call, whitespace and ``SUFFIXES`` are dropped; ``SEPARATOR`` (Llama 3's ``;``)
     followed by another opener starts the next call; anything else is content to the end.
+
+    A format whose arguments stream says, in ``_stream_start``, when a span opens a call (its
+    name and where its JSON arguments object begins): the call opens at once, its arguments
+    follow as they settle (``ArgumentStream``), and the span ends where its brackets balance.
+    From the opening on the span is a call whatever follows: arguments that turn malformed, or
+    are cut off, end it where they stopped making sense, and the rest of the span is not read.
     """
 
     OPENER: ClassVar[str]
     PREFIXES: ClassVar[tuple[str, ...]] = ()
     SUFFIXES: ClassVar[tuple[str, ...]] = ()
     SEPARATOR: ClassVar[str] = ""
+    VERBATIM_NUMBERS: ClassVar[bool] = False
+    """Streamed numbers that do not fit a float go out as written (``ArgumentStream``)."""
+    CALL_ARRAY: ClassVar[bool] = False
+    """The span is an array of call objects, streamed by ``CallArray``."""
     _START, _SPAN, _AFTER, _NEXT = range(4)
-    __slots__ = ("_mode", "_open_at", "_span")
+    __slots__ = ("_arguments", "_array", "_mode", "_open_at", "_span")
 
     def __init__(self, tool_names: frozenset[str]) -> None:
         super().__init__(tool_names)
         self._mode = self._START
         self._span: Span | None = None
         self._open_at = 0
+        self._arguments: ArgumentStream | None = None
+        self._array: CallArray | None = None
+
+    def _stream_start(self, text: str, start: int) -> tuple[str, int] | None:
+        """(the function, where its arguments object begins) once the span opened at ``start``
+        opens a call whose arguments stream; None while it does not (the span is then read
+        whole when it closes). The answer for a prefix must hold for every longer text."""
+        return None
 
     def _make_span(self, start: int) -> Span:
         """Where the call list opened at ``start`` ends: JSON brackets unless the format says."""
@@ -288,6 +324,27 @@ class LeadingParser(StreamParser):
             self._buf = ""
         return self._result(out, calls)
 
+    def _stream(self, arguments: ArgumentStream, calls: list[ParsedCall], final: bool) -> bool:
+        """The open call's next piece; its last one where the span's brackets balance (or at
+        the end of the output)."""
+        buf = self._buf
+        if not (arguments.done or arguments.failed):
+            piece = arguments.advance(buf, final)
+            if piece:
+                calls.append(ParsedCall("", piece, opens=False, closes=False))
+            if not (arguments.done or arguments.failed or final):
+                return False
+        assert self._span is not None
+        end = self._span.end(buf)
+        if end is None:
+            if not final:
+                return False
+            end = len(buf)
+        calls.append(ParsedCall("", "", opens=False, closes=True))
+        self._arguments = None
+        self._buf, self._mode = buf[end:], self._AFTER
+        return True
+
     def _to_plain(self, out: list[str], start: int) -> bool:
         out.append(self._buf[start:])
         self._buf, self._plain = "", True
@@ -298,6 +355,25 @@ class LeadingParser(StreamParser):
         buf, mode = self._buf, self._mode
         if mode == self._SPAN:
             assert self._span is not None
+            array = self._array
+            if array is not None:
+                array_end = array.advance(buf, final, calls)
+                if array.whole:
+                    self._array = None  # no call came out: read whole below
+                elif array_end is None:
+                    return False
+                else:
+                    self._array, self._buf, self._mode = None, buf[array_end:], self._AFTER
+                    return True
+            arguments = self._arguments
+            if arguments is None:
+                opening = self._stream_start(buf, self._open_at)
+                if opening is not None:
+                    name, start = opening
+                    arguments = self._arguments = ArgumentStream(start, verbatim_numbers=self.VERBATIM_NUMBERS)
+                    calls.append(ParsedCall(name, "", closes=False))
+            if arguments is not None:
+                return self._stream(arguments, calls, final)
             end = self._span.end(buf)
             if end is None:
                 return False  # at the end of the sequence, _advance returns it all as content
@@ -337,4 +413,120 @@ class LeadingParser(StreamParser):
         if not could:
             return self._to_plain(out, 0)
         self._span, self._open_at, self._mode = self._make_span(pos), pos, self._SPAN
+        if self.CALL_ARRAY:
+            self._array = CallArray(pos, self._tool_names)
         return True
+
+
+_ELEMENT, _ARGUMENTS, _SEPARATOR, _DROP = range(4)
+
+
+class CallArray:
+    """A JSON array of call objects (``[{"name": ..., "arguments": {...}}, ...]``), its calls
+    streamed as they arrive (Mistral before v11, the forced ``required`` array).
+
+    An element that names one of the tools first and opens its arguments object (``HEADER``)
+    opens its call at once, and its arguments follow as they settle (``ArgumentStream``); an
+    element written another way is read whole where its braces balance, and is a call when
+    valid. While no call has come out, anything malformed makes ``whole`` true: the caller reads
+    the array whole (and returns it as content). Once one has, the array is calls: malformed
+    arguments end their call where they stopped making sense, and a malformed element, or
+    anything but ``,`` or ``]`` after one, ends the calls there; the rest of the array, to where
+    its brackets balance or the end of the output, is not read.
+    """
+
+    __slots__ = ("_arguments", "_element", "_element_at", "_next", "_span", "_stage", "_tool_names", "opened", "whole")
+
+    def __init__(self, start: int, tool_names: frozenset[str]) -> None:
+        self._span = JsonSpan(start)
+        self._tool_names = tool_names
+        self._next = start + 1
+        self._stage = _ELEMENT
+        self._element: JsonSpan | None = None
+        self._element_at = 0
+        self._arguments: ArgumentStream | None = None
+        self.opened = False
+        self.whole = False
+
+    def advance(self, buf: str, final: bool, out: list[ParsedCall]) -> int | None:
+        """Add the pieces ``buf`` now settles to ``out``; the index just past the array once it
+        ended, None while it is open (never at the end of the output, unless ``whole``)."""
+        size = len(buf)
+        while not self.whole:
+            stage = self._stage
+            if stage == _DROP:
+                end = self._span.end(buf)
+                return end if end is not None else size if final else None
+            if stage == _ARGUMENTS:
+                if not self._settle(buf, final, out):
+                    return None
+                continue
+            pos = skip_space(buf, self._next)
+            if pos == size:
+                if final:
+                    self._give_up()
+                    continue
+                return None
+            char = buf[pos]
+            if stage == _SEPARATOR:
+                if char == "]":
+                    return pos + 1
+                if char != ",":
+                    self._give_up()
+                    continue
+                self._next, self._stage = pos + 1, _ELEMENT
+                continue
+            if self._element is None:
+                if char != "{":
+                    self._give_up()
+                    continue
+                self._element, self._element_at = JsonSpan(pos), pos
+            header = HEADER.match(buf, self._element_at)
+            if header is not None and header.group(1) in self._tool_names:
+                self._arguments = ArgumentStream(header.end())
+                out.append(ParsedCall(header.group(1), "", closes=False))
+                self.opened, self._stage = True, _ARGUMENTS
+                continue
+            end = self._element.end(buf)
+            if end is None:
+                if final:
+                    self._give_up()
+                    continue
+                return None
+            call = call_from_object(load_json(buf[self._element_at : end]), self._tool_names)
+            if call is None:
+                self._give_up()
+                continue
+            out.append(call)
+            self.opened = True
+            self._element, self._next, self._stage = None, end, _SEPARATOR
+        return None
+
+    def _settle(self, buf: str, final: bool, out: list[ParsedCall]) -> bool:
+        """The open call's next piece; True once it closed (at its element's end)."""
+        arguments = self._arguments
+        assert arguments is not None and self._element is not None
+        if not (arguments.done or arguments.failed):
+            piece = arguments.advance(buf, final)
+            if piece:
+                out.append(ParsedCall("", piece, opens=False, closes=False))
+            if not (arguments.done or arguments.failed or final):
+                return False
+        end = self._element.end(buf) if arguments.done else None
+        if end is None and arguments.done and not final:
+            return False
+        out.append(ParsedCall("", "", opens=False, closes=True))
+        self._arguments = None
+        if end is None:
+            self._stage = _DROP
+        else:
+            self._element, self._next, self._stage = None, end, _SEPARATOR
+        return True
+
+    def _give_up(self) -> None:
+        """Something out of place: the rest is dropped once a call came out, else the array is
+        read whole."""
+        if self.opened:
+            self._stage = _DROP
+        else:
+            self.whole = True

@@ -337,6 +337,100 @@ def test_arguments_stream_as_they_are_generated(gateway: GatewayProcess) -> None
     assert deltas == ["", '{"city": ', '"Zur', 'ich"', "}"]
 
 
+CITY = [b'{"city": ', b'"Zur', b'ich"', b"}"]
+"""A call's arguments as four tokens; their re-dumped deltas are the same four pieces."""
+# parser → (the tokens of one call to get_weather, the request's extra fields)
+STREAMED: dict[str, tuple[list[bytes], dict[str, Any]]] = {
+    "mistral": ([b"[TOOL_CALLS]", b"get_weather", b"[ARGS]", *CITY], {}),
+    "llama3_json": ([b"<|python_tag|>", b'{"name": "get_weather", ', b'"parameters": ', *CITY, b"}"], {}),
+    "deepseek_v31": (
+        ["<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>".encode(), *CITY]
+        + ["<｜tool▁call▁end｜><｜tool▁calls▁end｜>".encode()],
+        {},
+    ),
+    "kimi_k2": (
+        [b"<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>", *CITY]
+        + [b"<|tool_call_end|><|tool_calls_section_end|>"],
+        {},
+    ),
+}
+TYPED: dict[str, list[bytes]] = {
+    "qwen3_coder": [b"<tool_call>\n<function=get_weather>\n<parameter=city>\n", b"Zur", b"ich", b"\n</parameter>\n"]
+    + [b"</function>\n</tool_call>"],
+    "glm45": [b"<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>", b"Zur", b"ich", b"</arg_value>\n"]
+    + [b"</tool_call>"],
+}
+"""The XML formats: a string parameter streams (its value's pieces as JSON string pieces)."""
+FORCED: dict[str, tuple[list[bytes], dict[str, Any]]] = {
+    "forced_named": (CITY, {"tool_choice": {"type": "function", "function": {"name": "get_weather"}}}),
+    "forced_required": ([b'[{"name": "get_weather", ', b'"parameters": ', *CITY, b"}]"], {"tool_choice": "required"}),
+}
+
+
+def argument_deltas(gateway: GatewayProcess, pieces: list[bytes], extra: dict[str, Any]) -> list[tuple[str, str]]:
+    """Each tool-call delta of a stream of one response per piece: (name or "", arguments)."""
+    request = {"model": SCRIPTED, "stream": True, "tools": TOOLS, "messages": user(script(pieces)), **extra}
+    deltas = []
+    with httpx.stream("POST", gateway.url + "/v1/chat/completions", json=request, timeout=30) as response:
+        for line in response.iter_lines():
+            if line.startswith("data: {"):
+                for choice in json.loads(line[6:])["choices"]:
+                    for part in choice["delta"].get("tool_calls") or ():
+                        deltas.append((part["function"].get("name", ""), part["function"].get("arguments", "")))
+    return deltas
+
+
+def test_each_json_format_streams_its_arguments_as_they_are_generated(
+    parser_gateway: tuple[str, GatewayProcess],
+) -> None:
+    """The call opens before its arguments are whole, and they arrive in several deltas that
+    join to exactly what the whole answer says."""
+    name, gateway = parser_gateway
+    if name in TYPED:
+        deltas = argument_deltas(gateway, TYPED[name], {})
+        assert deltas[0] == ("get_weather", "")
+        sent = [arguments for _, arguments in deltas[1:] if arguments]
+        assert "".join(sent) == '{"city": "Zurich"}' and '"city": "Zur' in sent and "ich" in sent
+        return
+    if name not in STREAMED:
+        pytest.skip(f"{name}: streamed in test_arguments_stream_as_they_are_generated, or whole")
+    pieces, extra = STREAMED[name]
+    deltas = argument_deltas(gateway, pieces, extra)
+    assert deltas[0] == ("get_weather", "")
+    assert [arguments for _, arguments in deltas[1:]] == [piece.decode() for piece in CITY]
+
+
+def test_each_format_cut_after_its_call_opened_keeps_what_it_streamed(
+    parser_gateway: tuple[str, GatewayProcess],
+) -> None:
+    """``max_tokens`` cuts the call inside its string argument: streamed or not, the call ends
+    with the arguments sent so far, and nothing of it comes back as content."""
+    name, gateway = parser_gateway
+    pieces = TYPED.get(name) or STREAMED.get(name, ([], {}))[0]
+    if not pieces:
+        pytest.skip(f"{name}: cut after opening in test_a_call_cut_after_it_opened_keeps_the_arguments_it_streamed")
+    data = b"".join(pieces[: pieces.index(b"Zur" if name in TYPED else b'"Zur') + 1])
+    with openai.OpenAI(base_url=gateway.url + "/v1", api_key="unused", max_retries=0) as client:
+        whole = complete(client, messages=user(script([data], finish="length")))
+    assert not whole.message.content and whole.finish_reason == "length"
+    assert [(c.function.name, c.function.arguments) for c in whole.message.tool_calls or ()] == [
+        ("get_weather", '{"city": "Zur')
+    ]
+    got = streamed(gateway, {"messages": user(script(pieces[: len(pieces) - 1], finish="length"))})
+    assert got["content"] == "" and got["finish"] == "length"
+    assert [c["name"] for c in got["calls"]] == ["get_weather"] and got["calls"][0]["arguments"].startswith(
+        '{"city": "Zurich'
+    )
+
+
+@pytest.mark.parametrize("parser", sorted(FORCED))
+def test_forced_calls_stream_their_arguments_as_they_are_generated(gateway: GatewayProcess, parser: str) -> None:
+    pieces, extra = FORCED[parser]
+    deltas = argument_deltas(gateway, pieces, extra)
+    assert deltas[0][0] == "get_weather" and [name for name, _ in deltas[1:]] == [""] * (len(deltas) - 1)
+    assert [arguments for _, arguments in deltas if arguments] == [piece.decode() for piece in CITY]
+
+
 def test_a_tool_round_trip_renders_the_calls_and_results_in_the_prompt(client: openai.OpenAI) -> None:
     history = [
         {"role": "user", "content": "weather in Paris?"},

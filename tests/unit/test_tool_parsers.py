@@ -16,6 +16,8 @@ from gateway.tools.scan import JsonSpan, PythonSpan, held_from
 from gateway.tools.types import whole_calls
 
 NAMES = frozenset({"get_weather", "search", "noop"})
+JSON_STREAMING = frozenset({"hermes", "mistral", "deepseek_v31", "kimi_k2", "llama3_json", "forced_required"})
+"""Formats whose calls open with their JSON arguments object (``openai`` is tested apart)."""
 WEATHER = ParsedCall("get_weather", '{"city": "Paris"}')
 
 
@@ -169,9 +171,22 @@ def test_llama3_malformed_second_call_keeps_the_first() -> None:
     assert run("llama3_json", text) == ('; {"name": "unknown", "parameters": {}}', [WEATHER])
 
 
-def test_llama3_truncated_call_is_content() -> None:
+def test_llama3_call_cut_before_it_opened_is_content_and_after_keeps_what_it_streamed() -> None:
     text = '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Pa'
-    assert run("llama3_json", text) == (text, [])
+    assert run("llama3_json", text) == ("", [ParsedCall("get_weather", '{"city": "Pa')])
+    at = text.index("{", text.index("parameters"))
+    assert run("llama3_json", text[:at]) == (text[:at], [])
+
+
+def test_llama3_arguments_stream_and_the_object_ends_where_its_braces_balance() -> None:
+    first, second, last = steps(
+        "llama3_json", '{"name": "get_weather", "parameters": {"ci', 'ty": "Paris"}, "id": 1} ; x'
+    )
+    assert first == ("", [ParsedCall("get_weather", "", closes=False), ParsedCall("", "{", False, False)])
+    assert second == ("; x", [ParsedCall("", '"city": "Paris"}', False, False), ParsedCall("", "", False, True)])
+    assert last == ("", [])
+    malformed = '{"name": "get_weather", "parameters": {"city": Paris}} and text'
+    assert run("llama3_json", malformed) == ("and text", [ParsedCall("get_weather", '{"city": ')])
 
 
 def test_llama3_llama4_markers_around_the_call_are_dropped() -> None:
@@ -205,9 +220,22 @@ def test_mistral_v13_call_id_is_ignored() -> None:
     assert run("mistral", '[TOOL_CALLS]get_weather[CALL_ID]a1b2c3d4e[ARGS]{"city": "Paris"}') == ("", [WEATHER])
 
 
-def test_mistral_array_with_one_bad_element_is_content_as_a_whole() -> None:
-    text = '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "unknown", "arguments": {}}]'
+def test_mistral_array_whose_first_element_is_no_call_is_content_as_a_whole() -> None:
+    text = '[TOOL_CALLS][{"name": "unknown", "arguments": {}}, {"name": "get_weather", "arguments": {"city": "Paris"}}]'
     assert run("mistral", text) == (text, [])
+
+
+def test_mistral_array_calls_stream_and_a_bad_element_ends_them() -> None:
+    text = (
+        '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "unknown", "arguments": {}}] x'
+    )
+    assert run("mistral", text) == ("x", [WEATHER])
+    at = text.index("Par")
+    first, second, _ = steps("mistral", text[:at], text[at:])
+    assert first == ("", [ParsedCall("get_weather", "", closes=False), ParsedCall("", '{"city": "', False, False)])
+    assert second == ("x", [ParsedCall("", 'Paris"}', False, False), ParsedCall("", "", False, True)])
+    later = '[TOOL_CALLS][{"arguments": {}, "name": "noop"}, {"name": "get_weather", "arguments": {"city": "Paris"}}]'
+    assert run("mistral", later) == ("", [ParsedCall("noop", "{}"), WEATHER])
 
 
 def test_mistral_empty_array_is_content_not_zero_calls() -> None:
@@ -227,10 +255,29 @@ def test_mistral_unknown_v11_name_is_content_and_later_calls_still_parse() -> No
     assert run("mistral", text) == ('[TOOL_CALLS]unknown[ARGS]{"a": 1} ', [WEATHER])
 
 
-def test_mistral_unclosed_array_runs_to_the_end_as_content() -> None:
-    """Nothing marks where a broken array ends: what follows belongs to it, and all is content."""
+def test_mistral_unclosed_array_runs_to_the_end() -> None:
+    """Nothing marks where a broken array ends: what follows belongs to it and is not read."""
     text = '[TOOL_CALLS][{"name": "noop", "arguments": {]  [TOOL_CALLS]noop[ARGS]{}'
+    assert run("mistral", text) == ("", [ParsedCall("noop", "{")])
+    text = '[TOOL_CALLS][{"arguments": {]  [TOOL_CALLS]noop[ARGS]{}'
     assert run("mistral", text) == (text, [])
+
+
+def test_mistral_v11_arguments_stream_as_they_settle() -> None:
+    first, second, third, last = steps("mistral", "Ok [TOOL_CALLS]get_weather[ARGS]{", '"city": "Pa', 'ris"} after')
+    assert first == ("Ok ", [ParsedCall("get_weather", "", closes=False), ParsedCall("", "{", False, False)])
+    assert second == ("", [ParsedCall("", '"city": "Pa', False, False)])
+    assert third == ("after", [ParsedCall("", 'ris"}', False, False), ParsedCall("", "", False, True)])
+    assert last == ("", [])
+
+
+def test_mistral_v11_arguments_malformed_after_opening_end_the_call_up_to_the_next_call() -> None:
+    text = '[TOOL_CALLS]get_weather[ARGS]{"city": Paris} lost [TOOL_CALLS]noop[ARGS]{} kept'
+    assert run("mistral", text) == ("kept", [ParsedCall("get_weather", '{"city": '), ParsedCall("noop", "{}")])
+    assert run("mistral", '[TOOL_CALLS]get_weather[ARGS]{"city": "Pa') == (
+        "",
+        [ParsedCall("get_weather", '{"city": "Pa')],
+    )
 
 
 def test_mistral_markdown_brackets_are_not_held() -> None:
@@ -299,18 +346,30 @@ def test_pythonic_text_after_the_list_is_content() -> None:
 def test_forced_named_object_is_the_call() -> None:
     names = frozenset({"get_weather"})
     assert run("forced_named", ' {"city": "Paris"} ', names=names) == ("", [WEATHER])
-    assert run("forced_named", '{"city": "Par', names=names) == ('{"city": "Par', [])
+    assert run("forced_named", '{"city": "Par', names=names) == ("", [ParsedCall("get_weather", '{"city": "Par')])
+    assert run("forced_named", "{", names=names) == ("{", [])
     assert run("forced_named", "I cannot", names=names) == ("I cannot", [])
 
 
 @pytest.mark.parametrize("number", ["1e400", "-1e999", "1" * 5000])
 def test_forced_named_keeps_the_models_text_when_a_number_does_not_fit_python(number: str) -> None:
-    """The text is valid JSON and the forced call's whole output: it goes out as written."""
+    """The text is valid JSON and the forced call's whole output: the number goes out as
+    written."""
     names = frozenset({"noop"})
     text = f' {{"x": {number}, "y": [1, 2]}}\n'
     assert run("forced_named", text, names=names) == ("", [ParsedCall("noop", text.strip())])
-    for not_json in ['{"x": NaN}', '{"x": 1e400', "[1e400]"]:
-        assert run("forced_named", not_json, names=names) == (not_json, [])
+    assert run("forced_named", '{"x": NaN}', names=names) == ("", [ParsedCall("noop", '{"x": ')])
+    assert run("forced_named", '{"x": 1e400', names=names) == ("", [ParsedCall("noop", '{"x": 1e400')])
+    assert run("forced_named", "[1e400]", names=names) == ("[1e400]", [])
+
+
+def test_forced_named_arguments_stream_from_the_first_key() -> None:
+    names = frozenset({"get_weather"})
+    first, second, third, last = steps("forced_named", '{"city"', ': "Par', 'is"} ', names=names)
+    assert first == ("", [ParsedCall("get_weather", "", closes=False), ParsedCall("", '{"city"', False, False)])
+    assert second == ("", [ParsedCall("", ': "Par', False, False)])
+    assert third == ("", [ParsedCall("", 'is"}', False, False), ParsedCall("", "", False, True)])
+    assert last == ("", [])
 
 
 def test_forced_named_needs_exactly_one_name() -> None:
@@ -376,11 +435,19 @@ def test_called_is_set_by_the_first_call_only(parser: str) -> None:
     }
     instance = make_parser(parser, NAMES)
     assert not instance.called
-    # A call whose arguments stream is out when it opens, before its arguments (hermes).
-    opened = outputs[parser].index("{", 1) if parser == "hermes" else len(outputs[parser]) - 1
-    instance.feed(outputs[parser][:opened])
+    # A call whose arguments stream is out when it opens, before its arguments.
+    output = outputs[parser]
+    if parser in JSON_STREAMING:
+        opened = output.rindex("{")
+    elif parser == "qwen3_coder":
+        opened = output.index(">", output.index("<function="))
+    elif parser == "glm45":
+        opened = output.index("\n")
+    else:
+        opened = len(output) - 1
+    instance.feed(output[:opened])
     assert not instance.called
-    instance.feed(outputs[parser][opened:])
+    instance.feed(output[opened:])
     instance.finish()
     assert instance.called
 
@@ -470,15 +537,16 @@ def test_held_from_finds_only_a_proper_prefix_at_the_end() -> None:
 )
 def test_arguments_without_an_exact_json_utf8_form_are_content(arguments: str) -> None:
     """inf/NaN would be re-dumped as invalid JSON, a lone surrogate cannot be UTF-8 encoded.
-    Where the arguments stream (hermes), the call has opened: it ends before the value."""
+    Where the arguments stream, the call has opened: it ends before the value."""
     hermes = f'<tool_call>{{"name": "noop", "arguments": {arguments}}}</tool_call>'
+    mistral = f"[TOOL_CALLS]noop[ARGS]{arguments}"
     if arguments.startswith("{"):
         streamed = arguments[: arguments.index(":") + 1] + " " + ('"' if "ud83d" in arguments else "")
         assert run("hermes", hermes) == ("", [ParsedCall("noop", streamed)])
+        assert run("mistral", mistral) == ("", [ParsedCall("noop", streamed)])
     else:
         assert run("hermes", hermes) == (hermes, [])
-    mistral = f"[TOOL_CALLS]noop[ARGS]{arguments}"
-    assert run("mistral", mistral) == (mistral, [])
+        assert run("mistral", mistral) == (mistral, [])
 
 
 def test_pythonic_lone_surrogate_or_huge_float_is_content() -> None:

@@ -1,4 +1,5 @@
-"""``deepseek_v31`` and ``kimi_k2``: calls inside a section of special tokens, JSON arguments.
+"""``deepseek_v31`` and ``kimi_k2``: calls inside a section of special tokens, JSON arguments
+that stream once a call names one of the tools and its arguments object begins.
 
 Hand-written cases first, then generated outputs fed whole, at random splits, a character at a
 time and split in two at every position (the helpers of ``test_tool_parsers_split.py``).
@@ -14,12 +15,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.tools import ParsedCall
-from tests.unit.test_tool_parsers import run
+from gateway.tools.types import whole_calls
+from tests.unit.test_tool_parsers import run, steps
 from tests.unit.test_tool_parsers_split import (
     Case,
     arguments,
     canonical,
     check_every_split,
+    check_same_at_every_split,
     cuts,
     json_spelling,
     marker_case,
@@ -67,6 +70,36 @@ def test_deepseek_v3_spelling_is_content() -> None:
     assert run("deepseek_v31", text) == (text, [])
 
 
+def test_deepseek_arguments_stream_and_join_to_the_whole() -> None:
+    text = deepseek(("get_weather", '{"city": "Paris"}'), ("noop", "{}")) + "Done"
+    at = text.index('"Par')
+    first, second, last = steps("deepseek_v31", text[:at], text[at:])
+    assert first == ("", [ParsedCall("get_weather", "", closes=False), ParsedCall("", '{"city": ', False, False)])
+    assert second[0] == "Done" and whole_calls(first[1] + second[1]) == [WEATHER, ParsedCall("noop", "{}")]
+    assert last == ("", [])
+
+
+@pytest.mark.parametrize(
+    ("calls", "expected"),
+    [
+        ((("get_weather", '{"city": }'),), [ParsedCall("get_weather", '{"city": ')]),
+        (
+            (("get_weather", '{"city": "Pa'),),
+            [ParsedCall("get_weather", '{"city": "Pa<｜tool▁call▁end｜><｜tool▁calls▁end｜>after')],
+        ),
+        ((("noop", "{}"), ("get_weather", "[1]")), [ParsedCall("noop", "{}")]),
+        ((("noop", "{}"), ("unknown", "{}")), [ParsedCall("noop", "{}")]),
+        ((("noop", '{"a": 1}}'),), [ParsedCall("noop", '{"a": 1}')]),
+    ],
+)
+def test_deepseek_what_turns_malformed_after_a_call_opened_ends_the_calls_there(
+    calls: tuple[tuple[str, str], ...], expected: list[ParsedCall]
+) -> None:
+    """What was sent stays; the rest of the section is not read, the text after it is content
+    (an unclosed string runs to the end of the output, as in every streaming format)."""
+    assert run("deepseek_v31", deepseek(*calls) + "after") == ("" if '"Pa' in calls[0][1] else "after", expected)
+
+
 # ---- kimi_k2 ---------------------------------------------------------------------------------
 
 
@@ -101,16 +134,27 @@ def section_call(parser: str) -> Callable[[], st.SearchStrategy[tuple[str, list[
     return valid
 
 
-BAD_ARGUMENTS = ['{"city": }', '{"x": NaN}', "[1, 2]", '"not json"', "null", '{"city": "Par']
+CONTENT_ARGUMENTS = ["[1, 2]", '"not json"', "null"]
+"""Arguments that are no object: the first call cannot open, and the section is read whole."""
+OPENED_ARGUMENTS = ['{"city": }', '{"x": NaN}', '{"city": "Par']
 
 
 def bad_sections(parser: str) -> list[str]:
+    """Malformed before any call could open: content, verbatim."""
     wrap, _, head = FORMATS[parser]
-    call_end = "<｜tool▁call▁end｜>" if parser == "deepseek_v31" else "<|tool_call_end|>"
-    return [wrap((head("get_weather", 0), body)) for body in BAD_ARGUMENTS] + [
+    return [wrap((head("get_weather", 0), body)) for body in CONTENT_ARGUMENTS] + [
         wrap(),  # no call at all
         wrap((head("unknown_tool", 0), "{}")),
-        wrap((head("noop", 0), "{}"), (head("get_weather", 1), "[1]")),  # one bad call spoils the section
+        wrap((head("get_weather", 0), "[1]"), (head("noop", 1), "{}")),  # one bad call spoils the section
+    ]
+
+
+def opened_bad_sections(parser: str) -> list[str]:
+    """Malformed after a call opened: calls ending where the section stopped making sense."""
+    wrap, _, head = FORMATS[parser]
+    call_end = "<｜tool▁call▁end｜>" if parser == "deepseek_v31" else "<|tool_call_end|>"
+    return [wrap((head("get_weather", 0), body)) for body in OPENED_ARGUMENTS] + [
+        wrap((head("noop", 0), "{}"), (head("get_weather", 1), "[1]")),
         wrap((head("noop", 0), "{} trailing")),
         wrap((head("noop", 0), '{"a": 1}}')),
         wrap((head("noop", 0), "{}")).replace(call_end, call_end + " xyz "),  # text between the tokens
@@ -118,11 +162,14 @@ def bad_sections(parser: str) -> list[str]:
 
 
 @st.composite
-def truncated_section(draw: st.DrawFn, parser: str) -> str:
-    """A section cut inside its last call (cut after a complete call, it would be that call)."""
+def truncated_section(draw: st.DrawFn, parser: str, *, opened: bool = False) -> str:
+    """A section cut inside its last call: before its first call opened (content), or,
+    ``opened``, anywhere in the last call."""
     raw, _ = draw(section_call(parser)())
     wrap, call_begin, _ = FORMATS[parser]
     end_marker = wrap(end=True)[len(wrap(end=False)) :]
+    if not opened:
+        return raw[: draw(st.integers(len(wrap(end=False)) + 1, raw.index("{", len(wrap(end=False)))))]
     last_call = raw.rfind(call_begin)
     return raw[: draw(st.integers(last_call + 1, len(raw) - len(end_marker) - 1))]
 
@@ -141,6 +188,25 @@ def test_sections_any_split_give_the_expected_content_and_calls(
     check_every_split(parser, case, points)
 
 
+@pytest.mark.parametrize("parser", sorted(FORMATS))
+@settings(max_examples=80, deadline=None)
+@given(data=st.data(), points=cuts)
+def test_sections_cut_or_malformed_after_a_call_opened_are_the_same_for_every_split(
+    parser: str, data: st.DataObject, points: list[int]
+) -> None:
+    wrap, call_begin, _ = FORMATS[parser]
+    markup = [wrap(end=False), wrap(end=True)[len(wrap(end=False)) :], call_begin]
+    bad = st.sampled_from(bad_sections(parser) + opened_bad_sections(parser))
+    case = data.draw(marker_case(section_call(parser), bad, truncated_section(parser, opened=True), markup))
+    check_same_at_every_split(parser, case.text, points)
+
+
 @pytest.mark.parametrize(("parser", "text"), [(p, text) for p in sorted(FORMATS) for text in bad_sections(p)])
 def test_every_listed_malformed_section_is_content_verbatim_at_every_split(parser: str, text: str) -> None:
     check_every_split(parser, Case(text, text, []), [])
+
+
+@pytest.mark.parametrize(("parser", "text"), [(p, text) for p in sorted(FORMATS) for text in opened_bad_sections(p)])
+def test_every_listed_section_malformed_after_opening_is_calls_at_every_split(parser: str, text: str) -> None:
+    calls = check_same_at_every_split(parser, text, [])
+    assert calls and calls[0].name in ("get_weather", "noop")

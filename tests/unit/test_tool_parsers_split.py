@@ -20,6 +20,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from gateway.tools import ParsedCall, make_parser
+from gateway.tools.parsers.mistral import ARGS
 from gateway.tools.types import whole_calls
 
 NAMES = frozenset({"get_weather", "search", "noop"})
@@ -61,6 +62,17 @@ def check_every_split(parser: str, case: Case, cuts: list[int]) -> None:
     assert run(parser, list(case.text)) == expected
     for position in range(len(case.text) + 1):
         assert run(parser, [case.text[:position], case.text[position:]]) == expected, position
+
+
+def check_same_at_every_split(parser: str, text: str, cuts: list[int]) -> list[ParsedCall]:
+    """The answer for ``text`` fed whole, at ``cuts``, a character at a time and in two at every
+    position is one answer (for outputs whose answer is not written out); its calls."""
+    whole = run(parser, [text])
+    assert run(parser, split(text, cuts)) == whole
+    assert run(parser, list(text)) == whole
+    for position in range(len(text) + 1):
+        assert run(parser, [text[:position], text[position:]]) == whole, position
+    return whole[1]
 
 
 # ---- building blocks -------------------------------------------------------------------------
@@ -262,12 +274,11 @@ def mistral_call(draw: st.DrawFn) -> tuple[str, list[ParsedCall]]:
     ]
 
 
-MISTRAL_BAD = [f"[TOOL_CALLS] [{body}]" for body in BAD_OBJECTS] + [
+MISTRAL_BAD = [f"[TOOL_CALLS] [{body}]" for body in BAD_OBJECTS if not hermes_opens(body)] + [
     "[TOOL_CALLS][]",
     "[TOOL_CALLS] [{}, 1]",
     '[TOOL_CALLS]unknown_tool[ARGS]{"a": 1}',
     "[TOOL_CALLS]get_weather[ARGS][1]",
-    "[TOOL_CALLS]get_weather[ARGS]{bad}",
     "[TOOL_CALLS]Sorry, I cannot.",
     "[TOOL_CALLS]get weather",
     "[TOOL_CALLS]get_weather[CALL_ID]ab cd",
@@ -276,19 +287,45 @@ MISTRAL_BAD = [f"[TOOL_CALLS] [{body}]" for body in BAD_OBJECTS] + [
     "[TOOL_CALLS]get_weather[ARGS]x",
     "[TOOL_CALLS]!",
 ]
+MISTRAL_OPENED = [f"[TOOL_CALLS] [{body}]" for body in BAD_OBJECTS if hermes_opens(body)] + [
+    '[TOOL_CALLS][{"name": "noop", "arguments": {}} {"name": "noop"}] x',
+    '[TOOL_CALLS][{"name": "noop", "arguments": {}}, 3] x',
+    "[TOOL_CALLS]get_weather[ARGS]{bad}",
+    '[TOOL_CALLS]get_weather[ARGS]{"city": NaN} and text',
+    '[TOOL_CALLS]noop[ARGS]{"a": 1e400}',
+]
+"""A v11 call whose arguments turn malformed after it opened: a call with what was sent, the
+rest up to the next ``[TOOL_CALLS]`` dropped (``test_tool_parsers.py``); here split against whole."""
 mistral_bad = st.sampled_from(MISTRAL_BAD)
 
 
 @st.composite
-def mistral_truncated(draw: st.DrawFn) -> str:
+def mistral_truncated(draw: st.DrawFn, *, opened: bool = False) -> str:
+    """A call cut off: before a v11 call opened (content), or, ``opened``, anywhere."""
     raw, _ = draw(mistral_call())
-    return raw[: draw(st.integers(len("[TOOL_CALLS]"), len(raw) - 1))]
+    last = len(raw) - 1
+    if not opened:  # before the first call's arguments (or, written first, its end)
+        last = raw.index("{", raw.index(ARGS)) if ARGS in raw else raw.index('"arguments"')
+    return raw[: draw(st.integers(len("[TOOL_CALLS]"), last))]
 
 
 @settings(max_examples=150, deadline=None)
 @given(case=marker_case(mistral_call, mistral_bad, mistral_truncated(), MARKUP_PIECES[2:5]), cuts=cuts)
 def test_mistral_any_split_gives_the_expected_content_and_calls(case: Case, cuts: list[int]) -> None:
     check_every_split("mistral", case, cuts)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    case=marker_case(
+        mistral_call, mistral_bad | st.sampled_from(MISTRAL_OPENED), mistral_truncated(opened=True), MARKUP_PIECES[2:5]
+    ),
+    cuts=cuts,
+)
+def test_mistral_calls_cut_or_malformed_after_they_opened_are_the_same_for_every_split(
+    case: Case, cuts: list[int]
+) -> None:
+    check_same_at_every_split("mistral", case.text, cuts)
 
 
 # ---- leading formats: llama3_json, pythonic, forced_* ---------------------------------------
@@ -308,7 +345,9 @@ def trailing(draw: st.DrawFn) -> tuple[str, str]:
 
 
 @st.composite
-def llama3_case(draw: st.DrawFn) -> Case:
+def llama3_case(draw: st.DrawFn, *, opened: bool = False) -> Case:
+    """Calls, then an ending; a malformed or cut call at the end opens (and streams) only when
+    ``opened`` (then the expected answer is not written out: ``check_same_at_every_split``)."""
     lead = draw(spaces) + draw(st.sampled_from(["", "<|python_tag|>", "<|python_start|>", "<|python_tag|> "]))
     if draw(st.integers(0, 5)) == 0:
         text = draw(spaces) + draw(plain_texts)
@@ -340,6 +379,7 @@ def llama3_case(draw: st.DrawFn) -> Case:
     else:
         raw, _ = draw(call_object("parameters"))
         bad = raw[: draw(st.integers(1, len(raw) - 1))]
+    assume(opened or not hermes_opens(bad))
     rest = draw(st.sampled_from(["", " more", "; {}"]))
     if not found:
         whole = text + bad + rest
@@ -351,6 +391,14 @@ def llama3_case(draw: st.DrawFn) -> Case:
 @given(case=llama3_case(), cuts=cuts)
 def test_llama3_json_any_split_gives_the_expected_content_and_calls(case: Case, cuts: list[int]) -> None:
     check_every_split("llama3_json", case, cuts)
+
+
+@settings(max_examples=100, deadline=None)
+@given(case=llama3_case(opened=True), cuts=cuts)
+def test_llama3_json_calls_cut_or_malformed_after_they_opened_are_the_same_for_every_split(
+    case: Case, cuts: list[int]
+) -> None:
+    check_same_at_every_split("llama3_json", case.text, cuts)
 
 
 @st.composite
@@ -403,11 +451,14 @@ def test_pythonic_any_split_gives_the_expected_content_and_calls(case: Case, cut
     check_every_split("pythonic", case, cuts)
 
 
-FORCED_BAD = ['{"a": }', '{"a": NaN}', '{"a": 1]', '{"a": [}']
+FORCED_BAD = ["{'a': 1}", "{ a }", "{1: 2}"]
+"""Output that cannot open the call: content, verbatim."""
+FORCED_OPENED = ['{"a": }', '{"a": NaN}', '{"a": 1]', '{"a": [}']
+"""Arguments malformed after the call opened: a call with what was sent (``test_tool_parsers.py``)."""
 
 
 @st.composite
-def forced_named_case(draw: st.DrawFn) -> Case:
+def forced_named_case(draw: st.DrawFn, *, opened: bool = False) -> Case:
     lead = draw(spaces)
     kind = draw(st.sampled_from(["valid", "valid", "bad", "truncated", "plain"]))
     args = draw(arguments)
@@ -418,7 +469,10 @@ def forced_named_case(draw: st.DrawFn) -> Case:
         text = lead + draw(plain_texts | st.sampled_from(["[1, 2]", '"just a string"', "null"]))
         return Case(text, text, [])
     raw = json.dumps(args)
-    bad = draw(st.sampled_from(FORCED_BAD)) if kind == "bad" else raw[: len(raw) - 1]
+    if kind == "bad":
+        bad = draw(st.sampled_from(FORCED_BAD + FORCED_OPENED if opened else FORCED_BAD))
+    else:
+        bad = raw[: draw(st.integers(1, len(raw) - 1))] if opened else "{"
     return Case(lead + bad, lead + bad, [])
 
 
@@ -428,8 +482,14 @@ def test_forced_named_any_split_gives_the_expected_content_and_calls(case: Case,
     check_every_split("forced_named", case, cuts)
 
 
+@settings(max_examples=100, deadline=None)
+@given(case=forced_named_case(opened=True), cuts=cuts)
+def test_forced_named_cut_or_malformed_after_it_opened_is_the_same_for_every_split(case: Case, cuts: list[int]) -> None:
+    check_same_at_every_split("forced_named", case.text, cuts)
+
+
 @st.composite
-def forced_required_case(draw: st.DrawFn) -> Case:
+def forced_required_case(draw: st.DrawFn, *, opened: bool = False) -> Case:
     lead = draw(spaces)
     kind = draw(st.sampled_from(["valid", "valid", "bad", "truncated", "plain"]))
     found = [draw(call_object("parameters")) for _ in range(draw(st.integers(1, 3)))]
@@ -441,9 +501,9 @@ def forced_required_case(draw: st.DrawFn) -> Case:
         text = lead + draw(plain_texts | st.sampled_from(['{"name": "noop", "parameters": {}}', "[]"]))
         return Case(text, text, [])
     if kind == "bad":
-        bad = "[" + draw(st.sampled_from(BAD_OBJECTS)) + "]"
-    else:
-        bad = array[: draw(st.integers(1, len(array) - 1))]
+        bad = "[" + draw(st.sampled_from([b for b in BAD_OBJECTS if opened or not hermes_opens(b)])) + "]"
+    else:  # before the first call's arguments (or, written first, its end), unless ``opened``
+        bad = array[: draw(st.integers(1, len(array) - 1 if opened else array.index('"parameters"')))]
     return Case(lead + bad, lead + bad, [])
 
 
@@ -453,14 +513,22 @@ def test_forced_required_any_split_gives_the_expected_content_and_calls(case: Ca
     check_every_split("forced_required", case, cuts)
 
 
+@settings(max_examples=100, deadline=None)
+@given(case=forced_required_case(opened=True), cuts=cuts)
+def test_forced_required_calls_cut_or_malformed_after_they_opened_are_the_same_for_every_split(
+    case: Case, cuts: list[int]
+) -> None:
+    check_same_at_every_split("forced_required", case.text, cuts)
+
+
 @pytest.mark.parametrize(
     ("parser", "text"),
     [("hermes", f"<tool_call>{body}</tool_call>") for body in HERMES_CONTENT]
     + [("mistral", text) for text in MISTRAL_BAD]
-    + [("llama3_json", body) for body in BAD_OBJECTS]
+    + [("llama3_json", body) for body in BAD_OBJECTS if not hermes_opens(body)]
     + [("pythonic", text) for text in PYTHON_BAD]
     + [("forced_named", text) for text in FORCED_BAD]
-    + [("forced_required", f"[{body}]") for body in BAD_OBJECTS],
+    + [("forced_required", f"[{body}]") for body in BAD_OBJECTS if not hermes_opens(body)],
 )
 def test_every_listed_malformed_output_is_content_verbatim_at_every_split(parser: str, text: str) -> None:
     """The generated cases draw from these lists; here each one runs, whole and split."""

@@ -7,6 +7,7 @@ time and split in two at every position (the helpers of ``test_tool_parsers_spli
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 
 from gateway.tools import ParsedCall, make_parser
 from gateway.tools.params import tool_params
+from gateway.tools.types import whole_calls
 from tests.unit.test_tool_parsers_split import Case, cuts, marker_case, split, texts
 
 SCHEMAS: dict[str, dict[str, Any] | None] = {
@@ -45,7 +47,17 @@ def run(parser: str, pieces: list[str]) -> tuple[str, list[ParsedCall]]:
         calls.extend(found)
     text, found = instance.finish()
     assert instance.called == bool(calls + found)
-    return "".join(content) + text, calls + found
+    return "".join(content) + text, whole_calls(calls + found)
+
+
+def check_same_at_every_split(parser: str, text: str, points: list[int]) -> list[ParsedCall]:
+    """One answer for ``text`` however it is split (outputs whose answer is not written out)."""
+    whole = run(parser, [text])
+    assert run(parser, split(text, points)) == whole
+    assert run(parser, list(text)) == whole
+    for position in range(len(text) + 1):
+        assert run(parser, [text[:position], text[position:]]) == whole, position
+    return whole[1]
 
 
 def check_every_split(parser: str, case: Case, points: list[int]) -> None:
@@ -100,14 +112,20 @@ def test_qwen3_coder_parameters_not_in_the_schema_are_strings() -> None:
 
 QWEN_BAD = [
     qwen("unknown_tool", ("a", "1")),
-    "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</tool_call>",  # no </function>
-    "<tool_call>\n<function=get_weather>\nsome text\n</function>\n</tool_call>",
-    "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</function>\n</tool_call>",  # no </parameter>
-    "<tool_call>\n<function=get_weather>\n</function>\nextra\n</tool_call>",
     '<tool_call>\n{"name": "get_weather", "arguments": {}}\n</tool_call>',  # hermes' JSON is not this format
     "<tool_call>\n<function=get_weather\n</tool_call>",
     "<tool_call></tool_call>",
 ]
+"""Malformed before the call could open: content, verbatim."""
+QWEN_OPENED = {
+    "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</tool_call>": '{"city": "Paris\\n</parameter>',
+    "<tool_call>\n<function=get_weather>\nsome text\n</function>\n</tool_call>": "{",
+    "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</function>\n</tool_call>": '{"city": "Paris\\n</function>',
+    "<tool_call>\n<function=get_weather>\n</function>\nextra\n</tool_call>": "{}",
+    qwen("get_weather", ("days", "3"), ("days", "4")): '{"days": 3',
+    qwen("get_weather", ("city", "Paris"))[:-30]: '{"city": "Paris',  # the layout newline waits
+}
+"""Malformed or cut after the call opened: the call with the arguments sent until then."""
 
 
 @pytest.mark.parametrize("block", QWEN_BAD)
@@ -117,9 +135,32 @@ def test_qwen3_coder_malformed_block_is_content_verbatim_and_earlier_calls_stay(
     check_every_split("qwen3_coder", Case(block, block, []), [])
 
 
-def test_qwen3_coder_truncated_call_is_content() -> None:
-    text = qwen("get_weather", ("city", "Paris"))[:-3]
-    assert run("qwen3_coder", [text]) == (text, [])
+@pytest.mark.parametrize(("block", "sent"), QWEN_OPENED.items())
+def test_qwen3_coder_malformed_after_the_call_opened_keeps_what_was_sent(block: str, sent: str) -> None:
+    """The rest of the block is not read; text after it is content (a cut block has none)."""
+    closed = block.endswith("</tool_call>")
+    text = block + (" after" if closed else "")
+    check_every_split("qwen3_coder", Case(text, "after" if closed else "", [ParsedCall("get_weather", sent)]), [])
+
+
+def test_qwen3_coder_string_values_stream_and_typed_ones_wait_until_whole() -> None:
+    instance = make_parser("qwen3_coder", NAMES, PARAMS)
+    text = qwen("get_weather", ("city", "Zürich\nOst"), ("days", "12"), ("q", "x"))
+    pieces = []
+    for char in text:
+        pieces += [call.arguments for call in instance.feed(char)[1] if call.arguments]
+    assert pieces[:4] == ["{", '"city": "Z', "ü", "r"]
+    assert pieces[-8:] == ["\\nO", "s", "t", '"', ', "days": 12', ', "q": "x', '"', "}"]  # a newline waits
+    assert "".join(pieces) == '{"city": "Zürich\\nOst", "days": 12, "q": "x"}'
+
+
+def test_qwen3_coder_a_nullable_string_waits_until_it_cannot_be_null() -> None:
+    schema = {"f": {"type": "object", "properties": {"s": {"type": ["string", "null"]}}}}
+    for value, arguments in [("null", '{"s": null}'), ("nul", '{"s": "nul"}'), ("nullx", '{"s": "nullx"}')]:
+        instance = make_parser("qwen3_coder", frozenset({"f"}), tool_params(schema.items()))
+        sent = [call.arguments for char in qwen("f", ("s", value)) for call in instance.feed(char)[1]]
+        assert "".join(sent) == arguments
+        assert not {'"s": "', '"s": "n', '"s": "nu', '"s": "nul', '"s": "null'} & set(sent)
 
 
 # ---- glm45 -----------------------------------------------------------------------------------
@@ -140,13 +181,35 @@ def test_glm45_one_line_spelling_and_a_call_without_arguments() -> None:
 
 GLM_BAD = [
     glm("unknown_tool", ("a", "1")),
-    "<tool_call>get_weather\n<arg_key>city</arg_key>\n</tool_call>",  # a key without its value
-    "<tool_call>get_weather\n<arg_value>Paris</arg_value>\n</tool_call>",
-    "<tool_call>get_weather\n<arg_key>city</arg_key><arg_value>Paris\n</tool_call>",
-    "<tool_call>get_weather\nsome words\n</tool_call>",
     '<tool_call>{"name": "noop", "arguments": {}}</tool_call>',
     "<tool_call></tool_call>",
 ]
+"""Malformed before the call could open: content, verbatim."""
+GLM_OPENED = {
+    "<tool_call>get_weather\n<arg_key>city</arg_key>\n</tool_call>": "{",  # a key without its value
+    "<tool_call>get_weather\n<arg_value>Paris</arg_value>\n</tool_call>": "{",
+    "<tool_call>get_weather\n<arg_key>city</arg_key><arg_value>Paris\n</tool_call>": '{"city": "Paris',
+    "<tool_call>get_weather\nsome words\n</tool_call>": "{",
+    glm("get_weather", ("days", "3"), ("days", "4")): '{"days": 3',
+    glm("get_weather", ("city", "Paris"))[:-20]: '{"city": "Paris',  # a partial closing tag waits
+}
+"""Malformed or cut after the call opened: the call with the arguments sent until then."""
+
+
+@pytest.mark.parametrize(("block", "sent"), GLM_OPENED.items())
+def test_glm45_malformed_after_the_call_opened_keeps_what_was_sent(block: str, sent: str) -> None:
+    closed = block.endswith("</tool_call>")
+    text = block + (" after" if closed else "")
+    check_every_split("glm45", Case(text, "after" if closed else "", [ParsedCall("get_weather", sent)]), [])
+
+
+def test_glm45_declared_strings_stream_stripped_and_other_values_wait() -> None:
+    instance = make_parser("glm45", NAMES, PARAMS)
+    text = glm("get_weather", ("city", "  Zü rich \n"), ("days", " 12 "), newline=False)
+    pieces = []
+    for char in text:
+        pieces += [call.arguments for call in instance.feed(char)[1] if call.arguments]
+    assert pieces == ["{", '"city": "Z', "ü", " r", "i", "c", "h", '"', ', "days": 12', "}"]
 
 
 @pytest.mark.parametrize("block", GLM_BAD)
@@ -204,23 +267,59 @@ def glm_call(draw: st.DrawFn) -> tuple[str, list[ParsedCall]]:
     return glm(name, *pairs, newline=draw(st.booleans())), [ParsedCall(name, json.dumps(args, ensure_ascii=False))]
 
 
+def qwen_opens_at(raw: str) -> int:
+    return raw.index(">", raw.index("<function="))
+
+
+def glm_opens_at(raw: str) -> int:
+    return min(at for at in (raw.find("\n", 11), raw.find("<arg_key>"), raw.find("</tool_call>")) if at != -1)
+
+
 @st.composite
-def truncated(draw: st.DrawFn, call: Any) -> str:
+def truncated(draw: st.DrawFn, call: Any, opens_at: Callable[[str], int] | None = None) -> str:
+    """A block cut off anywhere, or, with ``opens_at`` (where what opens its call ends), before
+    its call opens."""
     raw, _ = draw(call())
-    return str(raw[: draw(st.integers(len("<tool_call>"), len(raw) - 1))])
+    last = opens_at(raw) if opens_at else len(raw) - 1
+    return str(raw[: draw(st.integers(len("<tool_call>"), last))])
 
 
 MARKUP = ["<tool_call>", "</tool_call>"]
 
 
 @settings(max_examples=150, deadline=None)
-@given(case=marker_case(qwen_call, st.sampled_from(QWEN_BAD), truncated(qwen_call), MARKUP), points=cuts)
+@given(
+    case=marker_case(qwen_call, st.sampled_from(QWEN_BAD), truncated(qwen_call, qwen_opens_at), MARKUP),
+    points=cuts,
+)
 def test_qwen3_coder_any_split_gives_the_expected_content_and_calls(case: Case, points: list[int]) -> None:
     check_every_split("qwen3_coder", case, points)
 
 
+@settings(max_examples=100, deadline=None)
+@given(
+    case=marker_case(qwen_call, st.sampled_from(QWEN_BAD + list(QWEN_OPENED)), truncated(qwen_call), MARKUP),
+    points=cuts,
+)
+def test_qwen3_coder_calls_cut_or_malformed_after_they_opened_are_the_same_for_every_split(
+    case: Case, points: list[int]
+) -> None:
+    check_same_at_every_split("qwen3_coder", case.text, points)
+
+
 @settings(max_examples=150, deadline=None)
-@given(case=marker_case(glm_call, st.sampled_from(GLM_BAD), truncated(glm_call), MARKUP), points=cuts)
+@given(case=marker_case(glm_call, st.sampled_from(GLM_BAD), truncated(glm_call, glm_opens_at), MARKUP), points=cuts)
 def test_glm45_any_split_gives_the_expected_content_and_calls(case: Case, points: list[int]) -> None:
     assume(case.text)
     check_every_split("glm45", case, points)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    case=marker_case(glm_call, st.sampled_from(GLM_BAD + list(GLM_OPENED)), truncated(glm_call), MARKUP),
+    points=cuts,
+)
+def test_glm45_calls_cut_or_malformed_after_they_opened_are_the_same_for_every_split(
+    case: Case, points: list[int]
+) -> None:
+    check_same_at_every_split("glm45", case.text, points)

@@ -2,8 +2,10 @@
 
 Structured outputs make the model write ``[{"name": ..., "parameters": {...}}, ...]`` with at
 least one element, the shape vLLM enforces for ``required`` (``gateway.tools.schemas`` builds
-that schema). The array is one block: its calls are returned together when it closes and every
-element is a valid call, else the whole output is content.
+that schema). Calls stream as ``CallArray`` reads them: an element that names one of the tools
+first opens its call at once and its arguments follow as they settle; from the first call on
+the array is calls, and what turns malformed ends them there. An array whose first element is
+no valid call is content, whole.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from gateway.tools.types import ParsedCall
 
 class ForcedRequiredParser(LeadingParser):
     OPENER = "["
+    CALL_ARRAY = True
     __slots__ = ()
 
     def _could_open(self, text: str, start: int) -> bool | None:

@@ -10,45 +10,121 @@
 The name runs to the end of its line or to the first ``<arg_key>`` (GLM-4.7 writes them on one
 line). Keys and values are stripped of surrounding whitespace, and values typed by the schema as
 vLLM's ``glm45`` does (``params.glm_value``: a declared string stays text, anything else is
-JSON or a Python literal when it parses as one). A block ends at the first ``</tool_call>`` and is
-only then parsed; a block with anything else in it, or an unknown function, is content exactly.
+JSON or a Python literal when it parses as one).
+
+Arguments stream: once the name (ended by a newline or ``<arg_key>``) is one of the tools, the
+call opens, and its arguments follow as they settle (``TypedBlockParser``): a value the schema
+types as a string a piece at a time (surrounding whitespace, and text that could still be
+``</arg_value>``, held), any other value once whole. From the opening on the block is a call:
+anything out of place, a repeated key, the block's ``</tool_call>`` (even inside a value) or the
+end of the output ends it with what was sent, and the rest of the block is not read. A block
+that does not open so ends at the first ``</tool_call>`` and is parsed whole: with anything
+else in it, or an unknown function, it is content exactly.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from gateway.tools.calls import dump_arguments
-from gateway.tools.params import ToolParams, glm_value, params_by_tool
-from gateway.tools.parsers.hermes import CLOSE, OPEN
-from gateway.tools.scan import skip_space
-from gateway.tools.stream import MarkerParser
+from gateway.tools.params import glm_value
+from gateway.tools.parsers.hermes import CLOSE
+from gateway.tools.parsers.typed_block import IN_VALUE, PARAM, TAIL, WHOLE, TypedBlockParser, partial
+from gateway.tools.scan import held_from, skip_space
 from gateway.tools.types import ParsedCall
 
 KEY, KEY_END = "<arg_key>", "</arg_key>"
 VALUE, VALUE_END = "<arg_value>", "</arg_value>"
 
 
-class Glm45Parser(MarkerParser):
-    MARKER = OPEN
-    TRIGGER = "<"
-    __slots__ = ("_params",)
+class Glm45Parser(TypedBlockParser):
+    __slots__ = ()
 
-    def __init__(self, tool_names: frozenset[str], params: ToolParams = ()) -> None:
-        super().__init__(tool_names)
-        self._params = params_by_tool(params)
-
-    def _close(self, final: bool) -> tuple[int, Sequence[ParsedCall] | None] | None:
+    def _head(self, final: bool) -> None:
+        """Open the call once its name, ended by a newline or ``<arg_key>``, is one of the
+        tools; else read whole."""
         buf = self._buf
-        end = self._find_close(CLOSE)
+        start = skip_space(buf, self._open_end)
+        cuts = [at for at in (buf.find("\n", start), buf.find(KEY, start), buf.find(CLOSE, start)) if at != -1]
+        if not cuts:
+            if final:
+                self._stage = WHOLE
+            return
+        pos = min(cuts)
+        name = buf[start:pos].strip()
+        if buf.startswith(CLOSE, pos) or name not in self._tool_names:
+            self._stage = WHOLE  # a call without arguments is whole already
+            return
+        self._open_typed(name, pos, glm_value, untyped_string=False)
+
+    def _streaming(self, final: bool) -> bool:
+        buf, size = self._buf, len(self._buf)
+        typed = self._object
+        assert typed is not None
+        while True:
+            if self._stage == IN_VALUE:
+                self._value(final)
+                if self._stage != PARAM:
+                    return self._stage == TAIL
+                continue
+            pos = skip_space(buf, self._pos)
+            if buf.startswith(CLOSE, pos):
+                self._send("}")
+                return self._end(pos)
+            if buf.startswith(KEY, pos):
+                key_end = buf.find(KEY_END, pos)
+                value_at = skip_space(buf, key_end + len(KEY_END)) if key_end != -1 else size
+                if value_at == size or partial(buf, value_at, (VALUE,)):
+                    return self._end(pos) if final else False
+                if not buf.startswith(VALUE, value_at) or not typed.begin(buf[pos + len(KEY) : key_end].strip()):
+                    return self._end(pos)
+                self._stage = IN_VALUE
+                self._text_at = self._sent = self._search = value_at + len(VALUE)
+                continue
+            if not final and (pos == size or partial(buf, pos, (KEY, CLOSE))):
+                return False
+            return self._end(pos)
+
+    def _value(self, final: bool) -> None:
+        """The open value: its settled text sent (a string, stripped) and, once it closed, its
+        end (the stage is then ``PARAM``, or ``TAIL`` when the call ended inside the value)."""
+        buf, start = self._buf, self._text_at
+        typed = self._object
+        assert typed is not None
+        lead = skip_space(buf, start)
+        if typed.streams and not final and buf.find("<", max(self._sent, lead)) == -1:
+            self._send_text(lead, self._stripped(lead, len(buf)))  # no tag can begin in the unsent text
+            return
+        end = buf.find(VALUE_END, self._search)
+        close = self._find_close(CLOSE, start)
+        if close != -1 and (end == -1 or close < end):  # the block ends inside the value: cut
+            if typed.streams:
+                self._send_text(lead, self._stripped(lead, close))
+            self._end(close)
+            return
         if end == -1:
-            return None
-        call = self._parse(buf[self._open_end : end])
-        return end + len(CLOSE), None if call is None else (call,)
+            self._search = max(start, len(buf) - len(VALUE_END) + 1)
+            if final:
+                self._end(start)
+            elif typed.streams:
+                hold = min(held_from(buf, VALUE_END), held_from(buf, CLOSE))
+                self._send_text(lead, self._stripped(lead, max(hold, lead)))
+            return
+        stop = self._stripped(lead, end)
+        if typed.streams:
+            self._send_text(lead, stop)
+        self._send(typed.end(buf[lead:stop]))
+        self._stage, self._pos = PARAM, end + len(VALUE_END)
+
+    def _stripped(self, lead: int, limit: int) -> int:
+        """``limit`` moved back over whitespace (not before ``lead``): trailing whitespace waits,
+        since the value is stripped."""
+        buf = self._buf
+        while limit > lead and buf[limit - 1].isspace():
+            limit -= 1
+        return limit
 
     def _parse(self, body: str) -> ParsedCall | None:
-        """The call in one block's text, or None when anything in it is out of place."""
         start = skip_space(body, 0)
         line_end = body.find("\n", start)
         key_at = body.find(KEY, start)

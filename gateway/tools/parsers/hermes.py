@@ -14,17 +14,14 @@ tag, and is content when it is not a valid call.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 from gateway.tools.calls import call_from_object, load_json
-from gateway.tools.stream import ArgumentsBlockParser
+from gateway.tools.stream import HEADER, ArgumentsBlockParser
 from gateway.tools.types import ParsedCall
 
 OPEN = "<tool_call>"
 CLOSE = "</tool_call>"
-_HEADER = re.compile(r'\s*\{\s*"name"\s*:\s*"([^"\\]*)"\s*,\s*"(?:arguments|parameters)"\s*:\s*(?=\{)')
-"""A block's opening up to its arguments object, when it names the function first."""
 
 
 class HermesParser(ArgumentsBlockParser):
@@ -37,7 +34,7 @@ class HermesParser(ArgumentsBlockParser):
         buf = self._buf
         arguments = self._arguments
         if arguments is None:
-            header = _HEADER.match(buf, self._open_end)
+            header = HEADER.match(buf, self._open_end)
             if header is not None and header.group(1) in self._tool_names:
                 arguments = self._open_call(header.group(1), header.end())
         if arguments is not None:

@@ -1,11 +1,15 @@
 """``mistral``: ``[TOOL_CALLS]`` then the calls, in either of Mistral's two spellings.
 
 - Tokenizers before v11 (Mistral 7B v0.3, Mixtral 8x22B, Nemo): ``[TOOL_CALLS] [{"name": ...,
-  "arguments": {...}}, ...]``, a JSON array (one object alone is accepted too). The array is one
-  block: its calls are returned together when it closes, or it is content as a whole.
+  "arguments": {...}}, ...]``, a JSON array, whose calls stream as ``CallArray`` reads them (an
+  array whose first element is no valid call is content, whole). One object alone is accepted
+  too, read whole when its braces balance.
 - v11 and later (Mistral Small 3.x, Large 2411, Pixtral Large, Magistral, Devstral):
   ``[TOOL_CALLS]name[ARGS]{...}``, repeated for parallel calls; v13 adds ``[CALL_ID]id`` before
-  ``[ARGS]`` (the id is ignored: the gateway issues its own).
+  ``[ARGS]`` (the id is ignored: the gateway issues its own). Arguments stream: once the name is
+  one of the tools and ``{`` follows ``[ARGS]``, the call opens and its arguments follow as they
+  settle (``ArgumentsBlockParser``); arguments that turn malformed or are cut off end the call
+  with what was sent, and the text up to the next ``[TOOL_CALLS]`` is not read.
 
 Text before the marker is content. ``[TOOL_CALLS]``, ``[ARGS]`` and ``[CALL_ID]`` are control
 tokens, removed by ``skip_special_tokens=True``: this parser needs them kept.
@@ -18,7 +22,7 @@ from collections.abc import Sequence
 
 from gateway.tools.calls import calls_from_json_text, dump_arguments, load_json
 from gateway.tools.scan import JsonSpan, skip_space
-from gateway.tools.stream import MarkerParser
+from gateway.tools.stream import ArgumentsBlockParser, CallArray
 from gateway.tools.types import ParsedCall
 
 TOOL_CALLS = "[TOOL_CALLS]"
@@ -27,17 +31,18 @@ CALL_ID = "[CALL_ID]"
 
 _NAME = re.compile(r"([A-Za-z0-9_.\-]*)\s*")
 _ID = re.compile(r"[A-Za-z0-9_\-]*\s*")
-_ENTRY, _JSON, _NAME_STAGE, _ID_STAGE, _ARGS_START, _ARGS = range(6)
+_ENTRY, _JSON, _NAME_STAGE, _ID_STAGE, _ARGS_START, _ARGS, _STREAM, _ARRAY = range(8)
 
 
 def _partial(text: str, pos: int, marker: str) -> bool:
     return len(text) - pos < len(marker) and marker.startswith(text[pos:])
 
 
-class MistralParser(MarkerParser):
+class MistralParser(ArgumentsBlockParser):
     MARKER = TOOL_CALLS
+    CLOSE = TOOL_CALLS
     TRIGGER = "["
-    __slots__ = ("_json_at", "_name", "_pos", "_span", "_stage")
+    __slots__ = ("_array", "_json_at", "_name", "_pos", "_span", "_stage")
 
     def __init__(self, tool_names: frozenset[str]) -> None:
         super().__init__(tool_names)
@@ -46,8 +51,10 @@ class MistralParser(MarkerParser):
         self._span = JsonSpan(0)
         self._json_at = 0
         self._name = ""
+        self._array: CallArray | None = None
 
     def _begin(self) -> None:
+        super()._begin()
         self._stage, self._pos = _ENTRY, self._open_end
 
     def _close(self, final: bool) -> tuple[int, Sequence[ParsedCall] | None] | None:
@@ -59,7 +66,9 @@ class MistralParser(MarkerParser):
                 pos = skip_space(buf, self._pos)
                 if pos == size:
                     return None
-                if buf[pos] in "[{":
+                if buf[pos] == "[":
+                    self._array, self._json_at, self._stage = CallArray(pos, self._tool_names), pos, _ARRAY
+                elif buf[pos] == "{":
                     self._open_json(pos, _JSON)
                 else:
                     self._stage, self._pos = _NAME_STAGE, pos
@@ -71,13 +80,25 @@ class MistralParser(MarkerParser):
                 if stage == _JSON:
                     return end, calls_from_json_text(text, self._tool_names)
                 return end, self._args_call(text)
+            elif stage == _ARRAY:
+                assert self._array is not None
+                end = self._array.advance(buf, final, self._parts)
+                if not self._array.whole:
+                    return None if end is None else (end, [])
+                self._open_json(self._json_at, _JSON)
+            elif stage == _STREAM:
+                return self._stream_v11(final)
             elif stage == _ARGS_START:
                 pos = skip_space(buf, self._pos)
                 if pos == size:
                     return None
                 if buf[pos] != "{":
                     return pos, None
-                self._open_json(pos, _ARGS)
+                if self._name in self._tool_names:
+                    self._open_call(self._name, pos)
+                    self._stage = _STREAM
+                else:
+                    self._open_json(pos, _ARGS)
             else:
                 match = (_NAME if stage == _NAME_STAGE else _ID).match(buf, self._pos)
                 assert match is not None  # both patterns match the empty string
@@ -97,6 +118,23 @@ class MistralParser(MarkerParser):
                 if _partial(buf, pos, ARGS):
                     return None
                 return pos, None
+
+    def _stream_v11(self, final: bool) -> tuple[int, Sequence[ParsedCall]] | None:
+        """The v11 call's arguments as they settle. The block ends with its object; arguments
+        that turn malformed or are cut off end the call, and the text up to the next
+        ``[TOOL_CALLS]`` (the next call) is not read."""
+        arguments = self._arguments
+        assert arguments is not None
+        if not self._settle(arguments, final):
+            return None
+        if arguments.done:
+            self._close_call()
+            return arguments.end, []
+        end = self._find_close(TOOL_CALLS, arguments.pos)
+        if end == -1 and not final:
+            return None
+        self._close_call()
+        return (len(self._buf) if end == -1 else end), []
 
     def _open_json(self, start: int, stage: int) -> None:
         self._span, self._json_at, self._stage = JsonSpan(start), start, stage

@@ -11,24 +11,30 @@
     </tool_call>
 
 Values are bare text (one newline after ``<parameter=...>`` and one before ``</parameter>`` are
-the layout, not the value), typed by the function's schema (``params.qwen3_value``). A block
-ends at the first ``</tool_call>``, as a hermes block does, so it is complete and only then
-parsed. A value's ``</parameter>`` is the one followed (after whitespace) by the next
-``<parameter=`` or by ``</function>``, so a value that quotes that tag in code still parses. A
-block with anything else in it (text outside the tags, no ``</function>``, an unknown function)
-is content exactly as written.
+the layout, not the value), typed by the function's schema (``params.qwen3_value``). A value's
+``</parameter>`` is the one followed (after whitespace) by the next ``<parameter=`` or by
+``</function>``, so a value that quotes that tag in code still parses.
+
+Arguments stream: once ``<function=NAME>`` names one of the tools, the call opens, and its
+arguments follow as they settle (``params.TypedObject``): a string parameter's value (one the
+schema types as a string, or does not list) a piece at a time, held only where it could still
+be the layout newline or its closing tag; any other value once whole. From the opening on the
+block is a call: anything out of place (text outside the tags, a repeated parameter), the
+block's ``</tool_call>`` (even inside a value) or the end of the output ends it with what was
+sent, and the rest of the block, to ``</tool_call>``, is not read. A block that does not open
+so ends at the first ``</tool_call>`` and is parsed whole: a block with anything else in it (an
+unknown function, no ``<function=``) is content exactly as written.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from gateway.tools.calls import dump_arguments
-from gateway.tools.params import ToolParams, params_by_tool, qwen3_value
-from gateway.tools.parsers.hermes import CLOSE, OPEN
-from gateway.tools.scan import skip_space
-from gateway.tools.stream import MarkerParser
+from gateway.tools.params import qwen3_value
+from gateway.tools.parsers.hermes import CLOSE
+from gateway.tools.parsers.typed_block import IN_VALUE, PARAM, TAIL, WHOLE, TypedBlockParser, partial
+from gateway.tools.scan import held_from, skip_space
 from gateway.tools.types import ParsedCall
 
 FUNCTION = "<function="
@@ -54,22 +60,107 @@ def _layout_trimmed(value: str) -> str:
     return value[:-1] if value.endswith("\n") else value
 
 
-class Qwen3CoderParser(MarkerParser):
-    MARKER = OPEN
-    TRIGGER = "<"
-    __slots__ = ("_params",)
+class Qwen3CoderParser(TypedBlockParser):
+    __slots__ = ()
 
-    def __init__(self, tool_names: frozenset[str], params: ToolParams = ()) -> None:
-        super().__init__(tool_names)
-        self._params = params_by_tool(params)
-
-    def _close(self, final: bool) -> tuple[int, Sequence[ParsedCall] | None] | None:
+    def _head(self, final: bool) -> None:
+        """Open the call once ``<function=NAME>`` names one of the tools; else read whole."""
         buf = self._buf
-        end = self._find_close(CLOSE)
+        pos = skip_space(buf, self._open_end)
+        if not buf.startswith(FUNCTION, pos):
+            if final or not (pos == len(buf) or partial(buf, pos, (FUNCTION,))):
+                self._stage = WHOLE
+            return
+        name_end = buf.find(">", pos)
+        if name_end == -1:
+            if final:
+                self._stage = WHOLE
+            return
+        name = buf[pos + len(FUNCTION) : name_end].strip()
+        if name not in self._tool_names:
+            self._stage = WHOLE
+            return
+        self._open_typed(name, name_end + 1, qwen3_value, untyped_string=True)
+
+    def _streaming(self, final: bool) -> bool:
+        """Send what the open call's text settles; True once the call closed (``TAIL``)."""
+        buf, size = self._buf, len(self._buf)
+        typed = self._object
+        assert typed is not None
+        while True:
+            if self._stage == IN_VALUE:
+                self._value(final)
+                if self._stage != PARAM:
+                    return self._stage == TAIL
+                continue
+            pos = skip_space(buf, self._pos)
+            if buf.startswith(FUNCTION_END, pos):
+                self._send("}")
+                return self._end(pos + len(FUNCTION_END))
+            if buf.startswith(PARAMETER, pos):
+                key_end = buf.find(">", pos)
+                if key_end == -1:
+                    return self._end(pos) if final else False
+                if not typed.begin(buf[pos + len(PARAMETER) : key_end].strip()):
+                    return self._end(pos)
+                self._stage = IN_VALUE
+                self._text_at = self._sent = self._search = key_end + 1
+                continue
+            if not final and (pos == size or partial(buf, pos, (PARAMETER, FUNCTION_END))):
+                return False
+            return self._end(pos)
+
+    def _value(self, final: bool) -> None:
+        """The open value: its settled text sent (a string) and, once it closed, its end (the
+        stage is then ``PARAM``, or ``TAIL`` when the call ended inside the value)."""
+        buf, start = self._buf, self._text_at
+        typed = self._object
+        assert typed is not None
+        if start == len(buf):
+            if final:
+                self._end(start)
+            return
+        text_at = start + 1 if buf[start] == "\n" else start
+        if typed.streams and not final and buf.find("<", max(self._sent, text_at)) == -1:
+            size = len(buf)  # no tag can begin in the unsent text: all of it settles but a last newline
+            self._send_text(text_at, size - 1 if size > text_at and buf[size - 1] == "\n" else size)
+            return
+        end, hold = self._scan(buf)
+        close = self._find_close(CLOSE, start)
+        if close != -1 and (end == -1 or close < end):  # the block ends inside the value: cut
+            if typed.streams:
+                self._send_text(text_at, close - 1 if close > text_at and buf[close - 1] == "\n" else close)
+            self._end(close)
+            return
         if end == -1:
-            return None
-        call = self._parse(buf[self._open_end : end])
-        return end + len(CLOSE), None if call is None else (call,)
+            if final:
+                self._end(start)
+                return
+            if typed.streams:
+                hold = min(hold, held_from(buf, CLOSE))
+                self._send_text(text_at, hold - 1 if hold > text_at and buf[hold - 1] == "\n" else hold)
+            return
+        value_end = end - 1 if end > text_at and buf[end - 1] == "\n" else end
+        piece = typed.text(buf[max(self._sent, text_at) : value_end]) if typed.streams else ""
+        self._send(piece + typed.end(buf[text_at:value_end]))
+        self._stage, self._pos = PARAM, end + len(PARAMETER_END)
+
+    def _scan(self, buf: str) -> tuple[int, int]:
+        """(where the open value's ``</parameter>`` begins, or -1; where text may still be that
+        tag, so nothing from there is sent). Resumes where the last scan stopped."""
+        pos = self._search
+        while True:
+            at = buf.find(PARAMETER_END, pos)
+            if at == -1:
+                self._search = max(pos, len(buf) - len(PARAMETER_END) + 1)
+                return -1, max(held_from(buf, PARAMETER_END), self._text_at)
+            after = skip_space(buf, at + len(PARAMETER_END))
+            if buf.startswith(PARAMETER, after) or buf.startswith(FUNCTION_END, after):
+                return at, at
+            if after == len(buf) or partial(buf, after, (PARAMETER, FUNCTION_END)):
+                self._search = at
+                return -1, at
+            pos = at + 1
 
     def _parse(self, body: str) -> ParsedCall | None:
         """The call in one block's text, or None when anything in it is out of place."""

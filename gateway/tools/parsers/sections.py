@@ -4,12 +4,20 @@ DeepSeek V3.1 and Kimi K2 write the same shape with their own tokens::
 
     SECTION_BEGIN CALL_BEGIN head ARGS_BEGIN {...} CALL_END CALL_BEGIN ... CALL_END SECTION_END
 
-The section is one block: its calls are returned together when ``SECTION_END`` arrives, or at
-the end of the output when every call in it is complete (a model stopped right after its last
-call, as vLLM accepts it too). Anything else inside (a call whose arguments are not a JSON
-object, a head that names no offered function, text between calls, no call at all) makes the
-whole section content, exactly as written. Arguments that open with ``{`` end where their
-braces balance, so ``CALL_END`` quoted inside a string value does not cut them.
+Arguments stream: once a call's head names one of the tools and its arguments begin with ``{``,
+the call opens and its arguments follow as they settle (``ArgumentsBlockParser``); ``CALL_END``
+closes it, and the next call may open the same way. From the first opening on the section is
+calls: arguments that turn malformed or are cut off end their call with what was sent, and so
+does a call that cannot stream (an unknown name, arguments that are no object), and the rest of
+the section, to ``SECTION_END`` or the end of the output, is not read.
+
+A section whose first call cannot stream is one block read whole: its calls are returned
+together when ``SECTION_END`` arrives, or at the end of the output when every call in it is
+complete (a model stopped right after its last call, as vLLM accepts it too). Anything else
+inside (a call whose arguments are not a JSON object, a head that names no offered function,
+text between calls, no call at all) makes the whole section content, exactly as written.
+Arguments that open with ``{`` end where their braces balance, so ``CALL_END`` quoted inside a
+string value does not cut them.
 """
 
 from __future__ import annotations
@@ -19,23 +27,110 @@ from typing import ClassVar
 
 from gateway.tools.calls import arguments_text, load_json
 from gateway.tools.scan import JsonSpan, skip_space
-from gateway.tools.stream import MarkerParser
+from gateway.tools.stream import ArgumentsBlockParser
 from gateway.tools.types import ParsedCall
 
+_CALLS, _DROP, _WHOLE, _ENDED = range(4)
 
-class SectionParser(MarkerParser):
+
+def _partial(text: str, pos: int, markers: tuple[str, ...]) -> bool:
+    """``text[pos:]`` is a proper beginning of one of ``markers``."""
+    rest = text[pos:]
+    return any(len(rest) < len(marker) and marker.startswith(rest) for marker in markers)
+
+
+class SectionParser(ArgumentsBlockParser):
     SECTION_END: ClassVar[str]
     CALL_BEGIN: ClassVar[str]
     ARGS_BEGIN: ClassVar[str]
     CALL_END: ClassVar[str]
     TRIGGER = "<"
-    __slots__ = ()
+    __slots__ = ("_mode", "_next", "_opened")
+
+    def __init__(self, tool_names: frozenset[str]) -> None:
+        super().__init__(tool_names)
+        self._mode = _CALLS
+        self._next = 0
+        """Where the next call (or the section's end) is looked for."""
+        self._opened = False
+
+    def _begin(self) -> None:
+        super()._begin()
+        self._mode, self._next, self._opened = _CALLS, self._open_end, False
 
     def _name(self, head: str) -> str | None:
         """The function a call's head names, or None when the head is not one."""
         raise NotImplementedError
 
     def _close(self, final: bool) -> tuple[int, Sequence[ParsedCall] | None] | None:
+        if self._mode == _CALLS:
+            self._streaming(final)
+        if self._mode == _DROP:
+            end = self._find_close(self.SECTION_END, self._next)
+            if end == -1:
+                return (len(self._buf), []) if final else None
+            return end + len(self.SECTION_END), []
+        if self._mode == _ENDED:
+            return self._next, []
+        if self._mode == _CALLS:
+            return (len(self._buf), []) if final else None
+        return self._whole(final)
+
+    def _streaming(self, final: bool) -> None:
+        """Stream the section's calls while they can; leaves ``_mode`` at ``_DROP`` (the rest is
+        not read), ``_WHOLE`` (no call opened: read the section whole), ``_ENDED`` (at
+        ``SECTION_END``, the block ends at ``_next``) or ``_CALLS`` (wait for more)."""
+        buf, size = self._buf, len(self._buf)
+        while True:
+            arguments = self._arguments
+            if arguments is not None:
+                if not self._settle(arguments, final):
+                    return
+                if arguments.done:
+                    pos = skip_space(buf, arguments.end)
+                    if buf.startswith(self.CALL_END, pos):
+                        self._close_call()
+                        self._next = pos + len(self.CALL_END)
+                        continue
+                    if not final and (pos == size or _partial(buf, pos, (self.CALL_END,))):
+                        return
+                self._close_call()
+                return self._leave(arguments.pos)
+            pos = skip_space(buf, self._next)
+            if pos == size:
+                if final:
+                    self._mode = _CALLS if self._opened else _WHOLE
+                return
+            if buf.startswith(self.SECTION_END, pos):
+                if self._opened:
+                    self._mode, self._next = _ENDED, pos + len(self.SECTION_END)
+                    return
+                return self._leave(pos)
+            if not buf.startswith(self.CALL_BEGIN, pos):
+                if not final and _partial(buf, pos, (self.CALL_BEGIN, self.SECTION_END)):
+                    return
+                return self._leave(pos)
+            head_at = pos + len(self.CALL_BEGIN)
+            marker = buf.find(self.ARGS_BEGIN, head_at)
+            args_at = -1 if marker == -1 else skip_space(buf, marker + len(self.ARGS_BEGIN))
+            if args_at == -1 or args_at == size:
+                if final:
+                    self._leave(pos)
+                return
+            name = self._name(buf[head_at:marker].strip())
+            if buf[args_at] != "{" or name is None or name not in self._tool_names:
+                return self._leave(pos)
+            self._open_call(name, args_at)
+            self._opened = True
+
+    def _leave(self, pos: int) -> None:
+        """Stop streaming at ``pos``: the rest is dropped once a call opened, else the section is
+        read whole from its start."""
+        self._mode = _DROP if self._opened else _WHOLE
+        self._next = pos
+        self._search_from = pos if self._opened else self._open_end
+
+    def _whole(self, final: bool) -> tuple[int, Sequence[ParsedCall] | None] | None:
         buf, marker = self._buf, self.SECTION_END
         end = self._find_close(marker)
         if end == -1:
