@@ -26,6 +26,7 @@ from tests.integration.conftest import (
     start_gateway,
     stop_gateway,
     stop_in_background,
+    wait_for,
 )
 from tests.otlp_receiver import OtlpReceiver, ReceivedSpan
 
@@ -212,7 +213,10 @@ def test_an_error_is_in_the_trace_and_the_logs_name_it(traced_gateway: GatewayPr
     call = one(spans, kind=CLIENT, service=GATEWAY)
     assert call.status_code == 2
     assert one(spans, name="InferRequest").parent_span_id == call.span_id
-    assert f"trace_id={trace_id}" in traced_gateway.log_text(), "the error's log line names the trace"
+    # The log line is written once the answer is out: it may reach the log file a moment later.
+    assert wait_for(lambda: f"trace_id={trace_id}" in traced_gateway.log_text(), timeout=10), (
+        "the error's log line names the trace"
+    )
 
 
 def test_a_mid_stream_error_is_in_the_trace(traced_gateway: GatewayProcess, receiver: OtlpReceiver) -> None:
