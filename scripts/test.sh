@@ -151,13 +151,14 @@ for arg in "$@"; do
     esac
 done
 # What the transport carries: streaming, cancellation, errors mid-stream, backpressure, proxies
-# (GOAWAY), TLS, both backend contracts and the embedded Triton. Not the files that never reach the
+# (GOAWAY), TLS, both backend contracts, the embedded Triton, and the trace context each transport
+# sends to Triton as gRPC metadata (test_tracing). Not the files that never reach the
 # transport: the HTTP edge's (auth, CORS, limits, metrics: test_edge) or the model's own over raw
 # gRPC (test_reference_model).
 AIO_TESTS=(
     tests/integration/test_chat.py tests/integration/test_stream_truth.py tests/integration/test_resilience.py
     tests/integration/test_proxy_drain.py tests/integration/test_tls.py tests/integration/test_trtllm.py
-    tests/integration/test_embedded.py
+    tests/integration/test_embedded.py tests/integration/test_tracing.py
 )
 # The vLLM lane (its own venv and servers) runs beside the aio run, once its install is done. It
 # skips itself, with a "SKIPPED vllm lane: <why>" line and status 0, where it cannot run (no
