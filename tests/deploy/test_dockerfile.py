@@ -69,12 +69,12 @@ def test_runtime_stage_points_the_store_at_a_volume_its_user_owns() -> None:
     assert made_at < volume_at, "changes after VOLUME are discarded: make the directory first"
 
 
-def test_install_script_installs_the_postgres_and_redis_extras_too() -> None:
-    """One image serves SQLite and PostgreSQL stores, and key limits alone or in Redis: the
-    postgres and redis extras are part of the install."""
+def test_install_script_installs_the_postgres_redis_and_tracing_extras_too() -> None:
+    """One image serves SQLite and PostgreSQL stores, key limits alone or in Redis, and traces
+    when an endpoint is set: the postgres, redis and tracing extras are part of the install."""
     script = (REPO_ROOT / "deploy" / "docker" / "install-gateway.sh").read_text()
     extras = re.search(r'pip install [^\n]*"\$1\[([a-z,]+)\]"', script)
-    assert extras and set(extras.group(1).split(",")) == {"speed", "postgres", "redis"}
+    assert extras and set(extras.group(1).split(",")) == {"speed", "postgres", "redis", "tracing"}
 
 
 def test_build_stage_installs_through_the_tested_script() -> None:
