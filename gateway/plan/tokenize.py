@@ -92,7 +92,8 @@ def decode(tokenizer: Any, tokens: list[int]) -> str:
 
 def to_chat_request(body: TokenizeRequest, model_id: str, messages: list[ChatMessage]) -> ChatCompletionRequest:
     """The chat request whose prompt is tokenized. ``mm_processor_kwargs`` and ``media_io_kwargs``
-    have nothing to act on (the models take text; a non-text part is refused by the template stage)."""
+    have nothing to act on: image parts are checked as chat checks them, but the tokens an image
+    takes are the backend's processor's to decide, and are not counted."""
     return ChatCompletionRequest(
         model=model_id,
         messages=messages,
