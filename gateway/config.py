@@ -132,7 +132,9 @@ class ModelFiles(BaseModel):
     default: the model still sees what it could call, but nothing it says is parsed as a call."""
     vision: bool | None = None
     """Whether the model takes images (``image_url`` parts, sent as Triton's ``image`` input).
-    Unset: when Triton's config for the model declares an ``image`` input."""
+    Unset: when Triton's config for the model declares an ``image`` input and its ``model.json``
+    agrees (``limit_mm_per_prompt``'s ``image`` count, else a ``vision_config`` in the weights'
+    ``config.json``; neither found: the input alone)."""
     image_placeholder: str = "<image>"
     """What stands for each image in the prompt when the chat template takes text content: the
     model's own image token (``<image>`` for LLaVA; what vLLM's model class calls its placeholder),

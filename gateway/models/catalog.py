@@ -65,7 +65,8 @@ class ServedModel:
     structured_outputs_after_reasoning: bool = False
     """The backend applies structured outputs after the reasoning (``model_files``)."""
     vision: bool = False
-    """The model takes images: ``model_files``' ``vision``, else an ``image`` input in Triton's config."""
+    """The model takes images (``_vision``): ``model_files``' ``vision``, else the weights'
+    ``config.json`` (a ``vision_config``) with an ``image`` input, else that input alone."""
     image_placeholder: str = "<image>"
     """What stands for an image in a text prompt (``model_files``)."""
     image_parts: bool = False
@@ -83,6 +84,16 @@ class ServedModel:
         """A TensorRT-LLM ensemble (told by its inputs): it reports no prompt token count and
         cannot enforce a JSON schema, which planning must know without reading backend contracts."""
         return is_trtllm(self.inputs)
+
+
+def _vision(override: ModelFiles | None, weights: bool | None, inputs: frozenset[str]) -> bool:
+    """``model_files``' ``vision`` wins; else the weights' config says (Triton's vLLM backend
+    declares ``image`` on text-only models too); else an ``image`` input in Triton's config."""
+    if override is not None and override.vision is not None:
+        return override.vision
+    if weights is not None:
+        return weights and "image" in inputs
+    return "image" in inputs
 
 
 def _image_parts(override: ModelFiles | None, template: ChatTemplate | None) -> bool:
@@ -216,7 +227,7 @@ class ModelCatalog:
             exclude_tools_when_none=override is not None and override.exclude_tools_when_tool_choice_none,
             reasoning_parser=reasoning_parser,
             structured_outputs_after_reasoning=override is not None and override.structured_outputs_after_reasoning,
-            vision=override.vision if override is not None and override.vision is not None else "image" in model.inputs,
+            vision=_vision(override, files.vision, model.inputs),
             image_placeholder=override.image_placeholder if override is not None else "<image>",
             image_parts=_image_parts(override, template),
             embeds=embeds_by(model.inputs, override.runner if override is not None else None, files.runner),

@@ -50,6 +50,21 @@ class LocalModelFiles:
     matryoshka_dimensions: tuple[int, ...] | None = None
     """The output sizes ``model.json``'s ``hf_overrides`` allow (``matryoshka_dimensions``); ``()``
     with ``is_matryoshka`` and no list (any size); None: the model's full size only."""
+    vision: bool | None = None
+    """Whether the model takes images, as ``model.json`` tells vLLM: ``limit_mm_per_prompt``'s
+    ``image`` count (0: none), else the weights it names (their ``config.json`` has a
+    ``vision_config``: LLaVA, Qwen2-VL, Gemma 3, BLIP-2...). None: neither is found here."""
+
+
+def _vision(engine: dict[str, Any], model_dir: Path | None) -> bool | None:
+    """Triton's vLLM backend declares its ``image`` input on every model, text-only ones too, so
+    the input alone does not say whether the model can see: what vLLM is told does."""
+    limits = engine.get("limit_mm_per_prompt")
+    if isinstance(limits, dict) and isinstance(limits.get("image"), int):
+        return bool(limits["image"] > 0)
+    if model_dir is None or not (model_dir / "config.json").is_file():
+        return None
+    return "vision_config" in _read_json(model_dir / "config.json")
 
 
 def resolve_tokenizer(
@@ -124,7 +139,11 @@ def read_local_model_files(repository: Path, name: str, sources: ModelFileSource
         ref = _text(engine.get("tokenizer")) or _text(engine.get("model"))
         revision = _text(engine.get("tokenizer_revision")) or _text(engine.get("revision"))
         max_len = engine.get("max_model_len")
+        weights = _text(engine.get("model"))
         return LocalModelFiles(
+            vision=_vision(
+                engine, resolve_tokenizer(weights, _text(engine.get("revision")), sources, version) if weights else None
+            ),
             runner=_runner(engine),
             matryoshka_dimensions=_matryoshka(engine.get("hf_overrides")),
             tokenizer_dir=resolve_tokenizer(ref, revision, sources, version) if ref else None,

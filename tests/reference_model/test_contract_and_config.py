@@ -81,6 +81,7 @@ def test_committed_model_config_resolves_weights_and_adapters() -> None:
     assert config.model_dir.name == "tiny-llm" and (config.model_dir / "tokenizer.json").is_file()
     assert list(config.adapters) == ["alpha", "beta"]
     assert config.max_model_len == 2048
+    assert config.max_images == 8  # limit_mm_per_prompt, which also tells the gateway it takes images
 
 
 def test_model_config_errors_are_clear(tmp_path: Path) -> None:
@@ -101,6 +102,11 @@ def test_model_config_errors_are_clear(tmp_path: Path) -> None:
         json.dumps({"model": str(weights / "tiny-llm"), "enable_lora": True, "max_lora_rank": 4})
     )
     with pytest.raises(ModelConfigError, match="exceeds max_lora_rank"):
+        load_model_config(tmp_path)
+    (tmp_path / "model.json").write_text(
+        json.dumps({"model": str(weights / "tiny-llm"), "limit_mm_per_prompt": {"video": 1}})
+    )
+    with pytest.raises(ModelConfigError, match="limit_mm_per_prompt"):
         load_model_config(tmp_path)
 
 

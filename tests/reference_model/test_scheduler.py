@@ -216,6 +216,12 @@ def test_images_are_said_before_the_answer_one_line_each(scheduler: Scheduler) -
     assert sum(int(o[NUM_OUTPUT_TOKENS][0]) for o, _ in seen.responses) == 4  # the lines are no tokens
 
 
+def test_more_images_than_the_limit_are_an_error(scheduler: Scheduler, engine: TinyLlmEngine) -> None:
+    images = (_png_base64(1, 1, (0, 0, 0)),) * (engine.config.max_images + 1)
+    sink = submit(scheduler, dataclasses.replace(request(max_tokens=2), images=images))
+    assert sink.errors and f"At most {engine.config.max_images} image(s)" in sink.errors[0]
+
+
 def test_an_element_that_is_not_an_image_is_an_error(scheduler: Scheduler) -> None:
     sink = submit(scheduler, dataclasses.replace(request(max_tokens=2), images=(base64.b64encode(b"text"),)))
     wait(sink)

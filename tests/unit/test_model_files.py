@@ -264,3 +264,31 @@ def test_auto_complete_is_on_by_default_and_has_a_no_flag() -> None:
     assert settings_from_args([]).triton_auto_complete_config is True
     assert settings_from_args(["--no-triton-auto-complete-config"]).triton_auto_complete_config is False
     assert settings_from_args(["--triton-working-dir", "/srv/triton"]).triton_working_dir == Path("/srv/triton")
+
+
+@pytest.mark.parametrize(
+    ("engine_extra", "weights_config", "vision"),
+    [
+        ({}, {"architectures": ["LlamaForCausalLM"]}, False),  # a text model: its config has no vision tower
+        ({}, {"architectures": ["LlavaForConditionalGeneration"], "vision_config": {}}, True),
+        ({"limit_mm_per_prompt": {"image": 4}}, {"architectures": ["LlamaForCausalLM"]}, True),
+        ({"limit_mm_per_prompt": {"image": 0}}, {"vision_config": {}}, False),  # images turned off for vLLM
+    ],
+)
+def test_vision_is_what_model_json_tells_vllm(
+    tmp_path: Path, engine_extra: dict[str, object], weights_config: dict[str, object], vision: bool
+) -> None:
+    """Triton's vLLM backend declares an ``image`` input on every model, so whether the model can
+    see is read where vLLM reads it: ``limit_mm_per_prompt``, else the weights' config."""
+    weights = tmp_path / "weights"
+    weights.mkdir()
+    (weights / "config.json").write_text(json.dumps(weights_config))
+    repository = tmp_path / "repo"
+    _model_json(repository, "m", {"model": str(weights), **engine_extra})
+    assert read_local_model_files(repository, "m").vision is vision
+
+
+def test_vision_is_unknown_without_the_weights(tmp_path: Path) -> None:
+    repository = tmp_path / "repo"
+    _model_json(repository, "m", {"model": "org/not-in-any-cache"})
+    assert read_local_model_files(repository, "m").vision is None

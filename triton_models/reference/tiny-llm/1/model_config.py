@@ -27,7 +27,14 @@ _MODEL_JSON_DEFAULTS: dict[str, Any] = {
     "max_logprobs": 20,
     "max_num_seqs": 256,
     "num_threads": 1,
+    "limit_mm_per_prompt": {"image": 0},
 }
+
+
+def _check_images(path: Path, limits: Any) -> int:
+    if not isinstance(limits, dict) or set(limits) - {"image"}:
+        raise ModelConfigError(f"{path}: 'limit_mm_per_prompt' must be an object with at most an 'image' count")
+    return _check_int(path, "limit_mm_per_prompt.image", limits.get("image", 0), 0)
 
 
 class ModelConfigError(ValueError):
@@ -50,6 +57,8 @@ class ModelConfig:
     """Largest ``logprobs`` a request may ask for (vLLM's default is 20)."""
     max_num_seqs: int = 256
     """Largest number of sequences generating at once; ``n`` may not exceed it either."""
+    max_images: int = 0
+    """Images one request may carry (vLLM's ``limit_mm_per_prompt: {"image": N}``); more are refused."""
     num_threads: int = 1
     """torch intra-op threads. Small on purpose: the machine has 2 cores shared with Triton itself."""
     adapters: dict[str, Path] = field(default_factory=dict)
@@ -122,5 +131,6 @@ def load_model_config(version_dir: Path) -> ModelConfig:
         max_logprobs=_check_int(path, "max_logprobs", values["max_logprobs"], 0),
         max_num_seqs=_check_int(path, "max_num_seqs", values["max_num_seqs"], 1),
         num_threads=_check_int(path, "num_threads", values["num_threads"], 1),
+        max_images=_check_images(path, values["limit_mm_per_prompt"]),
         adapters=load_adapters(version_dir, values["enable_lora"], max_lora_rank),
     )

@@ -94,6 +94,10 @@ def prepare_job(raw: RawRequest, engine: TinyLlmEngine, sink: ResponseSink) -> J
         params = parse_sampling_parameters(raw.sampling_parameters, limits)
         prompt_ids = engine.tokenize(prompt)
         generation = Generation(engine, prompt_ids, params)
+        if len(raw.images) > engine.config.max_images:  # as vLLM's limit_mm_per_prompt refuses them
+            raise RequestError(
+                f"At most {engine.config.max_images} image(s) may be provided in one prompt, got {len(raw.images)}"
+            )
         preamble = image_lines(raw.images) if raw.images else b""
     except (RequestError, SamplingParamsError, PromptTooLongError, GrammarError) as exc:
         raise InvalidRequestError(str(exc)) from None
