@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 from PIL import Image
@@ -125,3 +126,28 @@ def test_the_image_changes_the_answer_and_streams_the_same(vision: LaneUrls) -> 
     red, green = (ask(vision.gateway, image) for image in IMAGES)
     assert red[1] != green[1]  # the pixels reached the engine: the logprobs differ
     assert ask(vision.gateway, IMAGES[0], stream=True)[0] == red[0] == ask(vision.vllm, IMAGES[0], stream=True)[0]
+
+
+def test_a_text_model_on_the_vllm_backend_refuses_an_image_naming_the_part(lane: LaneUrls) -> None:
+    """Triton's vLLM backend declares its ``image`` input on the text-only tiny-llm too; the
+    gateway reads the weights' config (no ``vision_config``) and refuses before Triton is asked,
+    where vLLM's own server refuses too."""
+    body = {
+        "model": processes.MODEL,
+        "max_tokens": 4,
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "What is in the picture?"},
+                    {"type": "image_url", "image_url": {"url": IMAGES[0]}},
+                ],
+            }
+        ],
+    }
+    ours = httpx.post(lane.gateway + "/v1/chat/completions", json=body, timeout=60)
+    assert ours.status_code == 400
+    error = ours.json()["error"]
+    assert error["param"] == "messages.0.content.1" and "does not take images" in error["message"]
+    theirs = httpx.post(lane.vllm + "/v1/chat/completions", json=body, timeout=60)
+    assert theirs.status_code == 400
