@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import hmac
 from collections.abc import Iterable
 
 import orjson
@@ -64,14 +63,6 @@ def request_owner(scope: Scope) -> str:
     (every client is then the same owner)."""
     owner: str = scope.get("state", {}).get(OWNER, "")
     return owner
-
-
-def key_matches(presented: bytes, keys: Iterable[bytes]) -> bool:
-    """Compare against every key in constant time (no early exit on the first match)."""
-    found = False
-    for key in keys:
-        found |= hmac.compare_digest(presented, key)
-    return found
 
 
 def presented_key(headers: Iterable[tuple[bytes, bytes]]) -> bytes | None:

@@ -21,8 +21,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from gateway.app import create_app
 from gateway.config import Settings
-from gateway.http import security
-from gateway.http.security import ApiKeyMiddleware, BodySizeLimitMiddleware, key_matches
+from gateway.http.security import ApiKeyMiddleware, BodySizeLimitMiddleware
 from gateway.keys.policy import KeyRing
 from tests.fakes import ScriptedBackend, text_chunks
 
@@ -173,31 +172,6 @@ async def test_cors_preflight_passes_without_a_key() -> None:
     app, inner = guarded()
     assert (await get(app, "/v1/chat/completions", method="OPTIONS")).status_code == 200
     assert inner.calls == 1
-
-
-def test_every_key_is_compared_even_after_a_match(monkeypatch: pytest.MonkeyPatch) -> None:
-    compared: list[bytes] = []
-
-    class Hmac:
-        @staticmethod
-        def compare_digest(a: bytes, b: bytes) -> bool:
-            compared.append(b)
-            return a == b
-
-    monkeypatch.setattr(security, "hmac", Hmac)
-    keys = (b"first", b"second", b"third")
-    assert key_matches(b"first", keys)
-    assert compared == list(keys)
-    compared.clear()
-    assert not key_matches(b"fourth", keys)
-    assert compared == list(keys)
-
-
-def test_key_matches() -> None:
-    assert key_matches(b"k", (b"a", b"k"))
-    assert not key_matches(b"k", ())
-    assert not key_matches(b"", (b"k",))
-    assert not key_matches(b"k\x00", (b"k",))
 
 
 # -- body size limit ------------------------------------------------------------------------------
