@@ -16,7 +16,7 @@ from gateway.triton_launcher import free_port
 from tests.integration.conftest import ROOT, answers_ok, wait_for
 from tests.otlp_receiver import OtlpReceiver
 
-TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
+TRACE_IDS = ("0af7651916cd43dd8448eb211c80319c", "0af7651916cd43dd8448eb211c80319d", "0af7651916cd43dd8448eb211c80319e")
 
 
 def test_embedded_mode_serves_the_tiny_model_and_stops_triton(tmp_path: Path) -> None:
@@ -42,16 +42,17 @@ def test_embedded_mode_serves_the_tiny_model_and_stops_triton(tmp_path: Path) ->
             assert {"tiny-llm", "tiny-llm:alpha", "tiny-llm:beta", "tiny-llm-embed"} <= models
             embedded = sdk.embeddings.create(model="tiny-llm-embed", input="Hi")
             assert len(embedded.data[0].embedding) == 128 and embedded.usage.prompt_tokens > 0
-            chunks = list(
-                sdk.chat.completions.create(
-                    model="tiny-llm",
-                    messages=[{"role": "user", "content": "Hi"}],
-                    max_tokens=8,
-                    stream=True,
-                    extra_headers={"traceparent": f"00-{TRACE_ID}-00f067aa0ba902b7-01"},
+            for trace_id in TRACE_IDS:  # three traces: Triton drops a request's spans now and then
+                chunks = list(
+                    sdk.chat.completions.create(
+                        model="tiny-llm",
+                        messages=[{"role": "user", "content": "Hi"}],
+                        max_tokens=8,
+                        stream=True,
+                        extra_headers={"traceparent": f"00-{trace_id}-00f067aa0ba902b7-01"},
+                    )
                 )
-            )
-            assert chunks[-1].choices[0].finish_reason in {"stop", "length"}
+                assert chunks[-1].choices[0].finish_reason in {"stop", "length"}
         text = log.read_text()
         assert "curl -N" in text and '"model": "tiny-llm"' in text  # how to call what it serves
         triton_pid = _triton_pid(process.pid)
@@ -60,14 +61,17 @@ def test_embedded_mode_serves_the_tiny_model_and_stops_triton(tmp_path: Path) ->
         assert process.wait(timeout=60) == 0, log.read_text()
     time.sleep(0.5)
     assert not Path(f"/proc/{triton_pid}").exists(), "tritonserver outlived the gateway"
+
     # Both flushed their spans as they stopped (Triton's export delay is its default 5 s).
-    spans = receiver.wait_for(TRACE_ID, lambda found: {"triton", "triton-openai-gateway"} <= {s.service for s in found})
+    # Triton 2.51 now and then exports none of a request's spans (test_tracing's check_chain): one
+    # of the three traces must hold Triton's spans under the gateway's call.
+    def joined(trace_id: str) -> bool:
+        spans = receiver.trace(trace_id)
+        calls = {span.span_id for span in spans if span.name.endswith("ModelStreamInfer")}
+        return any(span.service == "triton" and span.parent_span_id in calls for span in spans)
+
+    assert wait_for(lambda: any(joined(trace_id) for trace_id in TRACE_IDS), timeout=20), receiver.spans
     receiver.stop()
-    call = next(span for span in spans if span.name.endswith("ModelStreamInfer"))
-    # Triton's spans are in the client's trace; its InferRequest span, which Triton exports only now
-    # and then as it stops, hangs under the gateway's call where it came (test_tracing checks it).
-    assert any(span.service == "triton" for span in spans), spans
-    assert all(span.parent_span_id == call.span_id for span in spans if span.name == "InferRequest"), spans
 
 
 def _triton_pid(parent: int) -> int:
