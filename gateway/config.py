@@ -155,6 +155,17 @@ class ModelFiles(BaseModel):
     ``matryoshka_dimensions``). Unset: ``model.json``'s ``hf_overrides`` say; none there means
     ``dimensions`` is refused with 400."""
 
+    layout: Literal["vllm", "ensemble", "bls", "tensorrt_llm", "llmapi"] | None = None
+    """Which tensor contract the model speaks (docs/DEPLOY.md has the TensorRT-LLM layouts).
+    Unset: told by its declared inputs and parameters (``backend/contracts/__init__.py``)."""
+    trtllm_route: Literal["auto", "model", "tokens"] = "auto"
+    """How a TensorRT-LLM ``ensemble`` or ``bls`` model is driven. ``tokens``: through its
+    ``tensorrt_llm`` step, tokenized and detokenized by the gateway with the tokenizer its
+    preprocessing step names (exact text, counts and stop strings for every tokenizer);
+    ``model``: through the model itself (its streamed text is each response decoded alone:
+    SentencePiece tokenizers lose spaces there). ``auto``: ``tokens`` where the step is served
+    and the tokenizer readable here, else ``model``."""
+
     @field_validator("tool_call_parser")
     @classmethod
     def _known_parser(cls, value: str | None) -> str | None:

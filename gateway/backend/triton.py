@@ -25,12 +25,10 @@ from typing import Any, Literal
 import grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from gateway.backend.contracts.trtllm import (
-    build_trtllm_request,
-    is_trtllm,
-    parse_trtllm_outputs,
-)
+from gateway.backend.contracts.base import Contract
+from gateway.backend.contracts.interface import read_interface
 from gateway.backend.contracts.vllm import (
+    VLLM,
     build_embedding_request,
     infer_request_bytes,
     parse_vllm_outputs,
@@ -63,9 +61,14 @@ def vllm_reader() -> StreamReader:
     return StreamReader(parse_vllm_outputs, classify_stream_error, vllm_outputs_plan)
 
 
-def trtllm_reader() -> StreamReader:
-    """A reader for one call's messages from a TensorRT-LLM ensemble."""
-    return StreamReader(parse_trtllm_outputs, classify_stream_error)
+def contract_reader(contract: Contract, request: GenerationRequest) -> StreamReader:
+    """A reader for one call's messages under ``contract`` (the vLLM contract's is ``vllm_reader``)."""
+    return StreamReader(contract.parser(request), classify_stream_error, contract.plan)
+
+
+LORA_NOT_CACHED = "not found in cache"
+"""What TensorRT-LLM's error says when a LoRA task id came without weights the engine has lost
+("LoRA task <id> not found in cache. Please send LoRA weights with request")."""
 
 
 TRAILERS_GRACE = 1.0
@@ -119,6 +122,9 @@ class TritonBackend:
         self._channel: grpc.aio.Channel | None = None
         self._stub: Any = None
         self._active: set[StreamCall[GenerationChunk]] = set()
+        self._lora_sent: set[tuple[str, int]] = set()
+        """(model, LoRA task id) this Triton has been sent the weights of: later requests send
+        the id alone, until the engine says it lost them."""
 
     def abort_all(self, error: Exception) -> int:
         """Cancel every open call; each raises ``error`` to its consumer. For shutdown."""
@@ -151,24 +157,30 @@ class TritonBackend:
     async def list_models(self) -> list[BackendModel]:
         try:
             index = await self._stub.RepositoryIndex(service_pb2.RepositoryIndexRequest(ready=True), timeout=5.0)
-            models = []
+            configs: dict[str, Any] = {}
+            versions: dict[str, str] = {}
             for entry in index.models:
                 if entry.state != "READY":
                     continue
                 reply = await self._stub.ModelConfig(
                     service_pb2.ModelConfigRequest(name=entry.name, version=entry.version), timeout=5.0
                 )
-                config = reply.config
-                models.append(
-                    BackendModel(
-                        name=entry.name,
-                        version=entry.version,
-                        platform=config.backend or config.platform,
-                        inputs=frozenset(i.name for i in config.input),
-                    )
-                )
+                configs[entry.name] = reply.config
+                versions[entry.name] = entry.version
         except grpc.aio.AioRpcError as exc:
             raise classify_rpc_error(exc) from exc
+        models = []
+        for name, config in configs.items():
+            interface = read_interface(config, configs)
+            models.append(
+                BackendModel(
+                    name=name,
+                    version=versions[name],
+                    platform=interface.platform,
+                    inputs=frozenset(interface.inputs),
+                    interface=interface,
+                )
+            )
         return models
 
     def generate(self, request: GenerationRequest) -> TritonStream:
@@ -246,16 +258,16 @@ class TritonStream(HandOffStream):
         backend, request = self._backend, self._request
         if backend._stub is None:
             raise self._failed(BackendUnavailableError("the Triton client is not started"))
-        ensemble = is_trtllm(request.inputs)
+        contract: Contract = request.contract or VLLM
+        task = contract.uses_lora_task(request)
+        weights = task is not None and (request.model, task) not in backend._lora_sent
         message = (
-            build_trtllm_request(request, request.inputs).SerializeToString()
-            if ensemble
-            else infer_request_bytes(request)
+            contract.encode(request, lora_weights=weights) if contract is not VLLM else infer_request_bytes(request)
         )
         retried = False
         trace = current_trace.get()
         while True:
-            reader = trtllm_reader() if ensemble else vllm_reader()
+            reader = vllm_reader() if contract is VLLM else contract_reader(contract, request)
             metadata: Metadata = ()
             if trace is not None:
                 span = self._span = trace.call(backend.url, request.model)
@@ -277,8 +289,18 @@ class TritonStream(HandOffStream):
                     continue
                 raise self._failed(exc) from exc
             except GatewayError as exc:
+                if task is not None and not weights and LORA_NOT_CACHED in exc.message:
+                    # The engine evicted the adapter (its cache holds a few): once more, with it.
+                    self._end(exc)
+                    backend._lora_sent.discard((request.model, task))
+                    weights = True
+                    message = contract.encode(request, lora_weights=True)
+                    logger.info("LoRA task %s of %s was not in the engine's cache: sent again", task, request.model)
+                    continue
                 self.error = exc
                 raise
+            if task is not None:
+                backend._lora_sent.add((request.model, task))
             call.map_error = self._failed
             self._hand_off(call.__anext__)
             return batch

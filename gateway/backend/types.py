@@ -12,6 +12,46 @@ from typing import Any, NamedTuple, Protocol
 
 
 @dataclass(frozen=True, slots=True)
+class TensorSpec:
+    """One tensor a model declares in its Triton config: what a request must send it as."""
+
+    name: str
+    datatype: str
+    """Triton's wire name (``INT32``, ``UINT32``, ``FP32``, ``BOOL``, ``BYTES``...), not the
+    config's ``TYPE_*`` name."""
+    dims: tuple[int, ...]
+    """As declared, without the batch dimension a model with ``max_batch_size`` > 0 adds."""
+    optional: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInterface:
+    """A model's declared interface, read once per model from Triton's config: every tensor a
+    request carries is built from it (name, type and shape), and whether the model may stream
+    (decoupled) is its transaction policy, or for an ensemble its steps'."""
+
+    inputs: Mapping[str, TensorSpec] = field(default_factory=dict)
+    outputs: Mapping[str, TensorSpec] = field(default_factory=dict)
+    decoupled: bool = False
+    max_batch_size: int = 0
+    """> 0: every tensor has a leading batch dimension (the gateway sends a batch of one)."""
+    platform: str = ""
+    """Triton's ``backend`` (else ``platform``): ``vllm``, ``python``, ``tensorrtllm``, ``ensemble``."""
+    parameters: Mapping[str, str] = field(default_factory=dict)
+    """The config's ``parameters`` (string values), where TensorRT-LLM models say how they behave
+    (``accumulate_tokens``, ``tokenizer_dir``, ``exclude_input_in_output``...)."""
+    steps: tuple[str, ...] = ()
+    """An ensemble's step models, in the order its scheduling lists them."""
+
+    def shape(self, spec: TensorSpec, count: int = 1) -> list[int]:
+        """The shape of a tensor of ``count`` elements (one batch item)."""
+        dims = [count if d == -1 else d for d in spec.dims] or [1]
+        if len(dims) > 1 and count != 1:  # a [-1, -1] tensor of a list: the last dim holds it
+            dims = [1] * (len(dims) - 1) + [count]
+        return [1, *dims] if self.max_batch_size > 0 else dims
+
+
+@dataclass(frozen=True, slots=True)
 class GenerationRequest:
     """One generation call: a prompt and vLLM-style sampling parameters for one backend model."""
 
@@ -26,8 +66,14 @@ class GenerationRequest:
     deadline: float | None = None
     """``time.monotonic()`` at which the backend call is cancelled; None for no deadline."""
     inputs: frozenset[str] = frozenset()
-    """The model's declared input tensors: they pick the contract (vLLM backend or TensorRT-LLM
-    ensemble) and, for an ensemble, which fields it can take."""
+    """The model's declared input tensors (the vLLM contract reads which flags it can send)."""
+    contract: Any = None
+    """The backend contract that encodes the request and reads its responses
+    (``contracts.Contract``, chosen from the model's declared interface); None: the vLLM
+    backend's."""
+    tokens: TokenPrompt | None = None
+    """The prompt as token ids, for a model that takes tokens rather than text (TensorRT-LLM's
+    ``tensorrt_llm`` model)."""
     images: tuple[str, ...] = ()
     """Base64 image files, checked by planning, in the order the prompt refers to them: Triton's
     vLLM backend takes them as its ``image`` input."""
@@ -36,6 +82,19 @@ class GenerationRequest:
     replica, where its prefix is cached. None: the prompt's prefix, or load, decides."""
     placement: Placement | None = None
     """Filled by the replica pool with where the request went, for the response headers and log."""
+
+
+@dataclass(frozen=True, slots=True)
+class TokenPrompt:
+    """A prompt already tokenized by the gateway, with the ids the model needs beside it."""
+
+    ids: tuple[int, ...]
+    end_id: int
+    pad_id: int
+    stop_words: tuple[tuple[int, ...], ...] = ()
+    """Each stop string's ids, tokenized alone without special tokens (as TensorRT-LLM's
+    preprocessing does): the engine stops early; the gateway still cuts the text itself."""
+    bad_words: tuple[tuple[int, ...], ...] = ()
 
 
 class Placement:
@@ -65,6 +124,9 @@ class GenerationChunk(NamedTuple):
     logprobs: tuple[Any, ...] | None = None
     """Per sequence, the backend's per-token logprob entries for this chunk (parsed JSON)."""
     final: bool = False
+    token_ids: tuple[tuple[int, ...], ...] | None = None
+    """Per sequence, the token ids new in this chunk, from a model that answers tokens (then
+    ``text`` is empty and the core detokenizes them, ``core/detokenize.py``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +161,8 @@ class BackendModel:
     version: str = ""
     platform: str = ""
     inputs: frozenset[str] = field(default_factory=frozenset)
+    interface: ModelInterface | None = None
+    """The model's declared interface (None: not read, as in tests' fake backends)."""
 
 
 class GenerationStream(Protocol):

@@ -16,12 +16,13 @@ The per-token path allocates one small tuple per event; no pydantic, no logging.
 from __future__ import annotations
 
 import codecs
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from gateway.backend.types import GenerationChunk
-from gateway.core.generation_plan import ReasoningPlan, ToolPlan
+from gateway.core.detokenize import IncrementalDetokenizer
+from gateway.core.generation_plan import Detokenizing, ReasoningPlan, ToolPlan
 from gateway.core.logprobs import chat_logprobs, completion_logprobs
 from gateway.core.reasoning import ReasoningReader
 from gateway.core.toolcalls import ToolCallOut, ToolCallReader
@@ -200,10 +201,18 @@ class GenerationAssembler:
         stops: Sequence[str] = (),
         include_stop: bool = False,
         max_tokens: int | None = None,
+        detokenizers: Sequence[IncrementalDetokenizer] | None = None,
+        count_text: Callable[[str], int] | None = None,
     ) -> None:
+        """``detokenizers``: one per sequence, for a backend that answers token ids;
+        ``count_text``: counts a sequence's tokens from its text, for one that reports no counts."""
         self.choices = [ChoiceAssembler(stops, include_stop) for _ in range(n)]
         self.prompt_tokens = 0
         self._max_tokens = max_tokens
+        self._detokenizers = detokenizers
+        self._count_text = count_text
+        self._generated: list[list[bytes]] | None = [[] for _ in range(n)] if count_text is not None else None
+        """Each sequence's raw text, for ``count_text``."""
 
     @property
     def done(self) -> bool:
@@ -218,7 +227,9 @@ class GenerationAssembler:
 
     def feed(self, chunk: GenerationChunk) -> list[ChoiceEvent]:
         # One unpacking instead of a NamedTuple property per field: this runs per token.
-        texts, reasons, num_input_tokens, counts, entries, final = chunk
+        texts, reasons, num_input_tokens, counts, entries, final, token_ids = chunk
+        if token_ids is not None and self._detokenizers is not None:
+            texts = tuple(d.feed(ids).encode() for d, ids in zip(self._detokenizers, token_ids, strict=False))
         if num_input_tokens is not None:
             self.prompt_tokens = num_input_tokens
         choices = self.choices
@@ -241,7 +252,11 @@ class GenerationAssembler:
             reason = reasons[index]
             if reason == "abort":
                 raise BackendError("the backend aborted the request")
+            if self._generated is not None:
+                self._generated[index].append(data)
             text = choice.feed(data, reason)
+            if self._generated is not None and choice.done:
+                self._count(index)
             logprobs = entries[index] if entries is not None else None
             finish_reason = choice.finish_reason
             if text or finish_reason is not None or logprobs:
@@ -256,10 +271,27 @@ class GenerationAssembler:
         for index, choice in enumerate(self.choices):
             if choice.done:
                 continue
-            capped = self._max_tokens is not None and choice.completion_tokens >= self._max_tokens
-            text = choice.finish("length" if capped else "stop")
+            text = ""
+            if self._detokenizers is not None:  # what the last ids left undecided
+                rest = self._detokenizers[index].finish().encode()
+                if self._generated is not None:
+                    self._generated[index].append(rest)
+                text = choice.feed(rest, None) if rest else ""
+            if self._generated is not None:
+                self._count(index)
+            if not choice.done:
+                capped = self._max_tokens is not None and choice.completion_tokens >= self._max_tokens
+                text += choice.finish("length" if capped else "stop")
             events.append(ChoiceEvent(index, text, choice.finish_reason, None))
         return events
+
+    def _count(self, index: int) -> None:
+        """A sequence that reported no counts: its tokens counted once, from all its text."""
+        assert self._generated is not None and self._count_text is not None
+        parts = self._generated[index]
+        if parts:
+            self.choices[index].completion_tokens = self._count_text(b"".join(parts).decode("utf-8", "replace"))
+            parts.clear()
 
 
 def coalesce(events: list[ChoiceEvent]) -> list[ChoiceEvent]:
@@ -314,6 +346,9 @@ class RequestAssembler:
         tools: ToolPlan | None = None,
         reasoning: ReasoningPlan | None = None,
         token_ids: bool = False,
+        detokenize: Detokenizing | None = None,
+        prompt_ids: Sequence[Sequence[int]] = (),
+        count_text: Callable[[str], int] | None = None,
     ) -> None:
         """``max_tokens``, ``prompt_tokens`` and ``echo`` are per prompt; ``tools``: read each
         choice's text for tool calls; ``reasoning``: split it into reasoning and answer first;
@@ -323,9 +358,24 @@ class RequestAssembler:
         self.top = top_logprobs
         self.token_ids = token_ids
         self.assemblers = [
-            GenerationAssembler(1, stops=stops, include_stop=include_stop, max_tokens=m)
-            for m in max_tokens
-            for _ in range(n)
+            GenerationAssembler(
+                1,
+                stops=stops,
+                include_stop=include_stop,
+                max_tokens=m,
+                detokenizers=None
+                if detokenize is None
+                else [
+                    IncrementalDetokenizer(
+                        detokenize.tokenizer,
+                        prompt_ids[p * n + i] if prompt_ids else (),
+                        skip_special_tokens=detokenize.skip_special_tokens,
+                    )
+                ],
+                count_text=count_text,
+            )
+            for p, m in enumerate(max_tokens)
+            for i in range(n)
         ]
         self._lone = self.assemblers[0].choices[0] if len(self.assemblers) == 1 else None
         """The one choice of a request with one (``done`` is asked per token)."""

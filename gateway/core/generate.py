@@ -57,6 +57,9 @@ class Generation:
             echo=plan.echo,
             tools=plan.tools,
             reasoning=plan.reasoning,
+            detokenize=plan.detokenize,
+            prompt_ids=[r.tokens.ids if r.tokens is not None else () for r in plan.requests],
+            count_text=plan.count_completion,
         )
         outcome.backend_started = True
         sources = [backend.generate(r) for r in plan.requests]

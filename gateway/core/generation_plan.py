@@ -6,7 +6,9 @@ arrows point down (docs/ARCHITECTURE.md). Plain frozen dataclasses, built once p
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from gateway.backend.types import GenerationRequest
 from gateway.tools.params import ToolParams
@@ -45,6 +47,15 @@ class ReasoningPlan:
     calls: bool = False
     """The request reads tool calls from the answer: a parser whose format carries calls passes
     them on (harmony), instead of dropping them."""
+
+
+@dataclass(frozen=True, slots=True)
+class Detokenizing:
+    """The tokenizer that turns a backend's token ids into each choice's text."""
+
+    tokenizer: Any
+    """A ``tokenizers.Tokenizer``."""
+    skip_special_tokens: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,11 +101,20 @@ class GenerationPlan:
     api: str | None = None
     """The endpoint, when it is not the one ``chat`` says (``responses``, ``messages``: a chat plan
     in another API)."""
+    served_model: str | None = None
+    """The base model's name, when the requests go to another Triton model (a TensorRT-LLM
+    ensemble's ``tensorrt_llm`` step)."""
+    detokenize: Detokenizing | None = None
+    """How token ids from the backend become text (a model that answers tokens); None: it
+    answers text."""
+    count_completion: Callable[[str], int] | None = None
+    """Counts a choice's generated tokens from its text, for a model whose answers carry no
+    token counts (TensorRT-LLM's LLM-API model); None: the backend's counts are used."""
 
     @property
     def model(self) -> str:
         """The base model's name: admission's gate and the metrics' label."""
-        return self.requests[0].model
+        return self.served_model or self.requests[0].model
 
     @property
     def endpoint(self) -> str:

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gateway.backend.contracts.trtllm import is_trtllm
-from gateway.backend.contracts.vllm import EMBEDDING_REQUEST, TEXT_INPUT
-from gateway.backend.types import Backend, BackendModel
+from gateway.backend.contracts import TRTLLM_LAYOUTS, Contract
+from gateway.backend.contracts.vllm import EMBEDDING_REQUEST, TEXT_INPUT, VLLM
+from gateway.backend.types import Backend, BackendModel, ModelInterface
 from gateway.config import ModelFiles
 from gateway.errors import GatewayError
 from gateway.models.files import (
@@ -31,6 +31,7 @@ from gateway.models.files import (
 )
 from gateway.models.templates import ChatTemplate
 from gateway.models.tokens import CountCache, PromptTokenizer, TokenCounter
+from gateway.models.trtllm import TokenRoute, describe_layout
 from gateway.reasoning.registry import detect_reasoning_parser
 from gateway.tools.registry import detect_parser
 
@@ -77,13 +78,38 @@ class ServedModel:
     """Serves ``/v1/embeddings`` (``embeds_by``): takes ``embedding_request`` and runs pooling."""
     matryoshka_dimensions: tuple[int, ...] | None = None
     """The sizes ``dimensions`` may ask for (``()``: any); None: ``dimensions`` is refused."""
+    layout: str | None = None
+    """The tensor contract it speaks (``backend/contracts``): ``vllm``, ``ensemble``, ``bls``,
+    ``tensorrt_llm`` or ``llmapi``; None for a model the fake backends of tests describe."""
+    contract: Contract = VLLM
+    route: TokenRoute | None = None
+    """Set when requests go to a ``tensorrt_llm`` model as token ids (``models/trtllm.py``)."""
+    text_exact: bool = True
+    """Whether its streamed text is exact (false: each response decoded alone, by the model)."""
     created: int = field(default_factory=lambda: int(time.time()))
 
     @property
     def trtllm(self) -> bool:
-        """A TensorRT-LLM ensemble (told by its inputs): it reports no prompt token count and
-        cannot enforce a JSON schema, which planning must know without reading backend contracts."""
-        return is_trtllm(self.inputs)
+        """A TensorRT-LLM model, of any layout."""
+        return self.layout in TRTLLM_LAYOUTS
+
+    @property
+    def runs_contract(self) -> Contract:
+        """The contract requests for it run under: its token route's, else its own."""
+        return self.route.contract if self.route is not None else self.contract
+
+    @property
+    def reports_prompt_tokens(self) -> bool:
+        """Whether the backend's answers count the prompt (else planning counts it)."""
+        return self.route is not None or self.contract.reports_prompt_tokens
+
+    def accepts(self, name: str) -> bool:
+        """Whether the model that runs its requests declares input ``name`` (a TensorRT-LLM
+        model's guided decoding, LoRA); the vLLM contract takes everything in its JSON."""
+        if not self.trtllm:
+            return True
+        interface: ModelInterface | None = getattr(self.runs_contract, "interface", None)
+        return interface is not None and name in interface.inputs
 
 
 def _vision(override: ModelFiles | None, weights: bool | None, inputs: frozenset[str]) -> bool:
@@ -188,11 +214,14 @@ class ModelCatalog:
 
     async def refresh(self) -> None:
         backend_models = await self._backend.list_models()
-        models = {m.name: self._describe(m, self._models.get(m.name)) for m in backend_models}
+        interfaces = {m.name: m.interface for m in backend_models if m.interface is not None}
+        models = {m.name: self._describe(m, self._models.get(m.name), interfaces) for m in backend_models}
         self._models = models
         self._refreshed_at = self._clock()
 
-    def _describe(self, model: BackendModel, previous: ServedModel | None) -> ServedModel:
+    def _describe(
+        self, model: BackendModel, previous: ServedModel | None, interfaces: Mapping[str, ModelInterface]
+    ) -> ServedModel:
         files = LocalModelFiles()
         for repository in self._repositories:  # Triton serves a name from one repository only
             files = read_local_model_files(repository, model.name, self._sources)
@@ -210,6 +239,17 @@ class ModelCatalog:
             max_model_len = override.max_model_len or max_model_len
         if files.tokenizer_ref and (override is None or not override.tokenizer):
             self._warn_unresolved(model.name, files.tokenizer_ref, tokenizer_dir, "model.json")
+        served = describe_layout(
+            model.name,
+            model.interface,
+            interfaces,
+            override,
+            self._sources,
+            files.adapter_dirs,
+            lambda directory: self._tokenizer(directory)[0],
+        )
+        if tokenizer_dir is None:
+            tokenizer_dir = served.tokenizer_dir
         template = self._template(tokenizer_dir, template_file) if tokenizer_dir or template_file else None
         tool_parser = self._tool_parser(model.name, override, template)
         reasoning_parser = self._reasoning_parser(model.name, override, template)
@@ -236,6 +276,10 @@ class ModelCatalog:
                 if override is not None and override.matryoshka_dimensions is not None
                 else files.matryoshka_dimensions
             ),
+            layout=served.layout,
+            contract=served.contract,
+            route=served.route,
+            text_exact=served.text_exact,
             created=previous.created if previous else int(time.time()),
         )
 

@@ -44,6 +44,10 @@ class LocalModelFiles:
     max_model_len: int | None = None
     tokenizer_ref: str | None = None
     """The tokenizer as ``model.json`` names it (a path or a hub id), found or not."""
+    adapter_dirs: tuple[tuple[str, Path | None], ...] = ()
+    """``multi_lora.json``'s adapters in the file's order, each with its folder where found (a
+    path as given, else relative to Triton's working directory, else to the file's folder):
+    TensorRT-LLM models number their LoRA tasks in this order."""
     runner: str | None = None
     """``pooling`` when ``model.json`` makes vLLM run the model as an embedding model
     (``"runner": "pooling"``, or ``"convert": "embed"``), ``generate`` when it says so; else None."""
@@ -148,6 +152,10 @@ def read_local_model_files(repository: Path, name: str, sources: ModelFileSource
             matryoshka_dimensions=_matryoshka(engine.get("hf_overrides")),
             tokenizer_dir=resolve_tokenizer(ref, revision, sources, version) if ref else None,
             adapters=tuple(sorted(str(k) for k in loras)),
+            adapter_dirs=tuple(
+                (str(k), resolve_tokenizer(v, None, sources, version) if isinstance(v, str) else None)
+                for k, v in loras.items()
+            ),
             max_model_len=max_len if isinstance(max_len, int) and not isinstance(max_len, bool) else None,
             tokenizer_ref=ref,
         )

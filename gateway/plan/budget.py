@@ -41,13 +41,13 @@ def count_needed(requested: int | None, model: ServedModel, prompt: str) -> bool
 
     It cannot when the model's tokenizer has a length bound (so the prompt counts at least one
     token and at most ``bound``), the backend reports the prompt's tokens for usage (the vLLM
-    contract's ``num_input_tokens``; a TensorRT-LLM ensemble reports none), and either the context
+    contract's ``num_input_tokens``; some TensorRT-LLM layouts report none), and either the context
     is unknown (nothing to check) or ``max_tokens`` is given and fits beside the bound.
     """
     if model.tokenizer is None:
         return False
     bound = model.prompt_tokenizer.bound if model.prompt_tokenizer is not None else None
-    if bound is None or not prompt or model.trtllm:
+    if bound is None or not prompt or not model.reports_prompt_tokens:
         return True
     if model.max_model_len is None:
         return False

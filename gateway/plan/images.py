@@ -51,7 +51,7 @@ def image_parts(
     found = find_images(body)
     if not found:
         return found
-    if not model.vision or model.trtllm:  # an ensemble's contract has no image tensor to carry them
+    if not model.vision or model.trtllm:  # no TensorRT-LLM contract here carries images
         raise InvalidRequestError(
             f"the model '{model.name}' does not take images (no 'image' input in its Triton config; "
             "model_files' vision setting)",

@@ -22,14 +22,15 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 from gateway.backend.types import GenerationRequest
 from gateway.config import Settings
-from gateway.core.generation_plan import GenerationPlan, ReasoningPlan, ToolPlan
+from gateway.core.generation_plan import Detokenizing, GenerationPlan, ReasoningPlan, ToolPlan
 from gateway.images.fetch import ImageFetcher
-from gateway.models.catalog import ModelCatalog
+from gateway.models.catalog import ModelCatalog, ServedModel
 from gateway.models.resolve import ResolvedModel, resolve_model
 from gateway.plan.budget import plan_budget
 from gateway.plan.chat import chat_echo, chat_max_tokens, render_chat_prompt
@@ -116,7 +117,27 @@ def _plan(
         deadline=context.deadline,
         tools=tools,
         reasoning=reasoning,
+        served_model=resolved.model.name,
+        detokenize=detokenizing(resolved.model, requests[0]),
+        count_completion=completion_counting(resolved.model),
     )
+
+
+def detokenizing(model: ServedModel, request: GenerationRequest) -> Detokenizing | None:
+    """How a model that answers token ids has them read: with its tokenizer, special tokens
+    skipped as its postprocessing step would, unless the request keeps them (tool markers)."""
+    if model.route is None:
+        return None
+    skip = request.sampling.get("skip_special_tokens")
+    return Detokenizing(model.tokenizer, model.route.skip_special_tokens if skip is None else bool(skip))
+
+
+def completion_counting(model: ServedModel) -> Callable[[str], int] | None:
+    """For a model whose answers carry no token counts: its tokenizer counts each choice's text."""
+    if model.runs_contract.reports_completion_tokens or model.tokenizer is None:
+        return None
+    tokenizer = model.tokenizer
+    return lambda text: len(tokenizer.encode(text, add_special_tokens=False).ids)
 
 
 @dataclass(frozen=True, slots=True)

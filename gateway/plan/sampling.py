@@ -11,7 +11,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gateway.backend.types import GenerationRequest, Placement
+from gateway.backend.types import GenerationRequest, Placement, TokenPrompt
+from gateway.models.catalog import ServedModel
 from gateway.models.resolve import ResolvedModel
 from gateway.plan.requests import ChatCompletionRequest, CompletionRequest, SamplingFields
 
@@ -143,19 +144,42 @@ def to_generation_requests(
         tool_schema=tool_schema,
         keep_special_tokens=keep_special_tokens,
     )
+    model = resolved.model
+    tokens = token_prompt(model, prompt, params) if model.route is not None else None
     return [
         GenerationRequest(
             request_id=request_id,
-            model=resolved.model.name,
+            model=model.route.step if model.route is not None else model.name,
             prompt=prompt,
             sampling=choice_sampling(params, index),
             stream=request.stream or stream_tokens,
             return_logprobs=logprobs is not None,
             deadline=deadline,
-            inputs=resolved.model.inputs,
+            inputs=model.inputs,
+            contract=model.runs_contract,
+            tokens=tokens,
             images=images,
             session_key=session_key,
             placement=Placement(),
         )
         for index, request_id in enumerate(request_ids)
     ]
+
+
+def token_prompt(model: ServedModel, prompt: str, params: Mapping[str, Any]) -> TokenPrompt:
+    """The prompt as the model's ``tensorrt_llm`` step takes it: tokenized as its preprocessing
+    step would (``add_special_tokens``), stop and bad words each alone without special tokens."""
+    route, tokenizer = model.route, model.tokenizer
+    assert route is not None and tokenizer is not None  # a route is only made with a tokenizer
+
+    def alone(words: Sequence[str]) -> tuple[tuple[int, ...], ...]:
+        return tuple(tuple(tokenizer.encode(w, add_special_tokens=False).ids) for w in words if w)
+
+    ids = tokenizer.encode(prompt, add_special_tokens=route.add_special_tokens).ids
+    return TokenPrompt(
+        tuple(ids),
+        route.end_id,
+        route.pad_id,
+        stop_words=alone(params.get("stop") or ()),
+        bad_words=alone(params.get("bad_words") or ()),
+    )

@@ -119,10 +119,11 @@ def _params(tools: list[dict[str, Any]]) -> ToolParams:
 
 
 def _check_enforceable(model: ServedModel) -> None:
-    if model.trtllm:
+    if not model.accepts("guided_decoding_guide_type"):
         raise InvalidRequestError(
             f"tool_choice 'required' or a named function is forced with structured outputs, which the model "
-            f"'{model.name}' (a TensorRT-LLM ensemble) cannot enforce; use tool_choice 'auto' or 'none'.",
+            f"'{model.name}' (TensorRT-LLM {model.layout}: no guided_decoding inputs) cannot enforce; "
+            "use tool_choice 'auto' or 'none'.",
             param="tool_choice",
         )
 

@@ -244,3 +244,27 @@ def read_embedding(chunks: Sequence[GenerationChunk]) -> Embedding:
     if not isinstance(vector, list) or not all(isinstance(x, int | float) for x in vector):
         raise BackendError("the backend's embedding is not a list of numbers")
     return Embedding(vector, last.num_input_tokens)
+
+
+class VllmContract:
+    """The vLLM backend's contract as a ``Contract``: stateless, one request layout."""
+
+    layout = "vllm"
+    reports_prompt_tokens = True
+    reports_completion_tokens = True
+
+    def encode(self, request: GenerationRequest, *, lora_weights: bool = False) -> bytes:
+        return infer_request_bytes(request)
+
+    def parser(self, request: GenerationRequest) -> Any:
+        return parse_vllm_outputs
+
+    def plan(self, outputs: Outputs) -> ReadRaws | None:
+        return vllm_outputs_plan(outputs)
+
+    def uses_lora_task(self, request: GenerationRequest) -> int | None:
+        return None
+
+
+VLLM = VllmContract()
+"""The one instance: the contract of every request that names none."""

@@ -1,0 +1,146 @@
+"""TensorRT-LLM's ``tensorrt_llm`` model itself: token ids in, token ids out.
+
+The gateway tokenizes the prompt (``GenerationRequest.tokens``) and the core detokenizes what
+comes back with one incremental decoder per choice (``core/detokenize.py``), so the text is that
+of the whole sequence decoded at once, for every tokenizer (no space lost between responses, no
+character split into U+FFFD), and token counts are the ids themselves. This is the layout that
+gives exact text; an ensemble or BLS model whose ``tensorrt_llm`` step and tokenizer the gateway
+can see is driven through it (``models/catalog.py``).
+
+Responses carry ``output_ids`` [batch, beam, tokens] and ``sequence_length`` [batch, beam]:
+while streaming the tokens new since the last response (several at once is normal), when not
+all of them, after the prompt unless ``exclude_input_in_output`` took it out.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tritonclient.grpc import service_pb2
+
+from gateway.backend.contracts.interface import add_declared, add_matrix
+from gateway.backend.contracts.tensors import Outputs, ReadRaws
+from gateway.backend.contracts.trtllm_fields import (
+    TOKENS_FIELDS,
+    LoraAdapter,
+    add_flag,
+    add_guide,
+    add_lora,
+    add_scalars,
+    refuse,
+    task_of,
+)
+from gateway.backend.types import GenerationChunk, GenerationRequest, ModelInterface
+from gateway.errors import BackendError
+
+_HANDLED = frozenset({"bad_words", "structured_outputs", "lora_name", "logprobs", "stop_token_ids"})
+
+
+def words_list(sequences: Sequence[Sequence[int]]) -> list[list[int]]:
+    """TensorRT-LLM's ``[2, L]`` word list: every word's ids concatenated, then the cumulative
+    end offsets padded with -1 to the same length (as its preprocessing step builds it)."""
+    ids = [i for word in sequences for i in word]
+    offsets: list[int] = []
+    end = 0
+    for word in sequences:
+        end += len(word)
+        offsets.append(end)
+    offsets += [-1] * (len(ids) - len(offsets))
+    return [ids, offsets]
+
+
+class TokenReader:
+    """One call's responses → chunks of token ids (the prompt's dropped when it was echoed)."""
+
+    __slots__ = ("_prompt", "_drop")
+
+    def __init__(self, prompt: int, drop: int) -> None:
+        self._prompt = prompt
+        self._drop = drop
+        """Ids to drop from the front of the first response: an echoed prompt."""
+
+    def __call__(self, outputs: Outputs, raws: Sequence[bytes], final: bool) -> GenerationChunk:
+        ids: tuple[int, ...] | None = None
+        length: int | None = None
+        for (name, datatype), raw in zip(outputs, raws, strict=False):
+            if name == "output_ids":
+                if datatype != "INT32":
+                    raise BackendError(f"unexpected datatype {datatype} for output_ids")
+                ids = struct.unpack(f"<{len(raw) // 4}i", raw)
+            elif name == "sequence_length":
+                length = struct.unpack("<i", raw[:4])[0] if len(raw) >= 4 else 0
+        if ids is None:  # an empty final response
+            return GenerationChunk((b"",), (None,), self._prompt, None, None, final, ((),))
+        if length is not None:
+            ids = ids[:length]  # beam 0 of batch item 0; the rest is padding
+        if self._drop:
+            ids, self._drop = ids[self._drop :], 0
+        return GenerationChunk((b"",), (None,), self._prompt, (len(ids),), None, final, (ids,))
+
+
+class TokensContract:
+    """The ``tensorrt_llm`` model, built from its interface."""
+
+    layout = "tensorrt_llm"
+    reports_prompt_tokens = True
+    reports_completion_tokens = True
+
+    def __init__(
+        self, interface: ModelInterface, *, echoes: bool, adapters: Mapping[str, LoraAdapter] | None = None
+    ) -> None:
+        """``echoes``: a whole answer starts with the prompt's ids unless told otherwise (the
+        model's ``exclude_input_in_output`` parameter is not true)."""
+        self.interface = interface
+        self._echoes = echoes and "exclude_input_in_output" not in interface.inputs
+        self._adapters = dict(adapters or {})
+
+    def streams(self, request: GenerationRequest) -> bool:
+        return request.stream and self.interface.decoupled and "streaming" in self.interface.inputs
+
+    def encode(self, request: GenerationRequest, *, lora_weights: bool = False) -> bytes:
+        interface, layout = self.interface, self.layout
+        tokens = request.tokens
+        if tokens is None:
+            raise BackendError(f"a request for '{request.model}' (tensorrt_llm) came without token ids")
+        infer = service_pb2.ModelInferRequest(model_name=request.model, id=request.request_id)
+        add_declared(infer, interface, "input_ids", list(tokens.ids))
+        add_declared(infer, interface, "input_lengths", [len(tokens.ids)])
+        for name, value in (("end_id", tokens.end_id), ("pad_id", tokens.pad_id), ("beam_width", 1)):
+            if name in interface.inputs:
+                add_declared(infer, interface, name, [value])
+        add_flag(infer, interface, "streaming", self.streams(request))
+        add_flag(infer, interface, "exclude_input_in_output", True)
+        if request.sampling.get("logprobs") is not None:
+            raise refuse(request, layout, "logprobs", "log-probabilities are not read from this layout yet")
+        add_scalars(infer, interface, request, layout, TOKENS_FIELDS, _HANDLED)
+        stops = list(tokens.stop_words) + [(i,) for i in request.sampling.get("stop_token_ids") or ()]
+        self._add_words(infer, request, "stop_words_list", stops, "stop_token_ids")
+        self._add_words(infer, request, "bad_words_list", tokens.bad_words, "bad_words")
+        add_guide(infer, interface, request, layout)
+        add_lora(infer, interface, request, layout, self._adapters, lora_weights)
+        return bytes(infer.SerializeToString())
+
+    def _add_words(
+        self, infer: Any, request: GenerationRequest, name: str, sequences: Sequence[Sequence[int]], field: str
+    ) -> None:
+        sequences = [s for s in sequences if s]
+        if not sequences:
+            return
+        if name not in self.interface.inputs:
+            if field == "stop_token_ids" and not request.sampling.get("stop_token_ids"):
+                return  # stop strings are cut by the gateway anyway
+            raise refuse(request, self.layout, field)
+        add_matrix(infer, self.interface, name, words_list(sequences))
+
+    def parser(self, request: GenerationRequest) -> TokenReader:
+        tokens = request.tokens
+        prompt = len(tokens.ids) if tokens is not None else 0
+        return TokenReader(prompt, prompt if self._echoes and not self.streams(request) else 0)
+
+    def plan(self, outputs: Outputs) -> ReadRaws | None:
+        return None
+
+    def uses_lora_task(self, request: GenerationRequest) -> int | None:
+        return task_of(request, self._adapters)
