@@ -109,6 +109,16 @@ def measure(args: Any, variants: list[Variant], report: Report) -> None:
     if streamed:
         report.add(f"## A call's string argument as it streams, 4-character pieces (`{variants[0].name}`)", "")
         report.table(["parser", "µs per feed"], [[name, fmt(us, 3)] for name, us in streamed.items()])
+    layouts = runs[variants[0].name][0].get("contracts_us_per_token")
+    if layouts:
+        report.add(
+            f"## Each backend contract: a response read and assembled, µs per token (`{variants[0].name}`)",
+            "",
+            "One token a response, 64 tokens of prose, in process (bench/contracts.py): the part of a "
+            "token's path that differs between layouts.",
+            "",
+        )
+        report.table(["layout", "µs per token"], [[name, fmt(us, 2)] for name, us in layouts.items()])
     parsers = runs[variants[0].name][0]["tool_parsers_us_per_feed"]
     if parsers:
         report.add(f"## Tool-call parsers on plain prose, 4-character pieces (`{variants[0].name}`)", "")

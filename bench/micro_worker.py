@@ -200,7 +200,18 @@ async def measure(spec: dict[str, Any]) -> dict[str, Any]:
         "tool_parsers_us_per_feed": tool_parsers(),
         "reasoning_parsers_us_per_feed": reasoning,
         "streamed_arguments_us_per_feed": streamed_arguments(),
+        "contracts_us_per_token": contracts(),
     }
+
+
+def contracts() -> dict[str, float]:
+    """Each backend contract's read-and-assemble µs per token (``bench/contracts.py``), where the
+    tree has it."""
+    try:
+        from bench.contracts import contracts_us_per_token
+    except ImportError:
+        return {}
+    return contracts_us_per_token()
 
 
 def main() -> None:
