@@ -132,6 +132,27 @@ MESSAGE_RULES: tuple[MessageRule, ...] = (
         re.compile(r"unknown model|is not found|not ready|unavailable model", re.I),
         BackendUnavailableError,
     ),
+    # TensorRT-LLM's LoRA cache holds no adapter it may evict ("Cache is full. There are no done
+    # tasks to evict", peftCacheManager): every slot is in use by a running request. A retry later,
+    # or another replica, can serve it.
+    MessageRule(
+        "lora-cache-full",
+        re.compile(r"Cache is full\. There are no done tasks to evict"),
+        BackendUnavailableError,
+        retry_after=True,
+    ),
+    # TensorRT-LLM's checks of a request (samplingConfig.cpp's TLLM_CHECKs, thrown while the C++
+    # backend converts the request or by the executor: "Executor failed process requestId <n> due
+    # to the following error: [TensorRT-LLM][ERROR] Assertion failed: ..."; the Python variant's
+    # "An error occurred when processing the input values for request id <x>, ..."): the request,
+    # not the server, is at fault.
+    MessageRule(
+        "trtllm-refused-request",
+        re.compile(
+            r"(Executor failed process requestId \d+|processing the input values).*(Assertion failed|must be)", re.S
+        ),
+        InvalidRequestError,
+    ),
     # Any other request the backend refused: tiny-llm's checks of sampling_parameters
     # ("sampling_parameters: unknown key '<k>'; tiny-llm supports [...]", "sampling_parameters:
     # '<k>' must be ..."). "not supported by", "invalid sampling", "unknown sampling" and

@@ -213,6 +213,8 @@ class GenerationAssembler:
         self._count_text = count_text
         self._generated: list[list[bytes]] | None = [[] for _ in range(n)] if count_text is not None else None
         """Each sequence's raw text, for ``count_text``."""
+        self._reported = [False] * n
+        """Whether the backend counted a sequence's tokens (then ``count_text`` is not used)."""
 
     @property
     def done(self) -> bool:
@@ -249,6 +251,7 @@ class GenerationAssembler:
                 continue
             if counts is not None:
                 choice.completion_tokens += counts[index]
+                self._reported[index] = True
             reason = reasons[index]
             if reason == "abort":
                 raise BackendError("the backend aborted the request")
@@ -286,10 +289,10 @@ class GenerationAssembler:
         return events
 
     def _count(self, index: int) -> None:
-        """A sequence that reported no counts: its tokens counted once, from all its text."""
+        """A sequence whose backend counted none of its tokens: counted once, from all its text."""
         assert self._generated is not None and self._count_text is not None
         parts = self._generated[index]
-        if parts:
+        if parts and not self._reported[index]:
             self.choices[index].completion_tokens = self._count_text(b"".join(parts).decode("utf-8", "replace"))
             parts.clear()
 

@@ -108,8 +108,8 @@ class GenerationPlan:
     """How token ids from the backend become text (a model that answers tokens); None: it
     answers text."""
     count_completion: Callable[[str], int] | None = None
-    """Counts a choice's generated tokens from its text, for a model whose answers carry no
-    token counts (TensorRT-LLM's LLM-API model); None: the backend's counts are used."""
+    """Counts a choice's generated tokens from its text where the backend's answers carry no
+    token counts (TensorRT-LLM layouts that report none); None: only the backend's counts."""
 
     @property
     def model(self) -> str:

@@ -103,6 +103,13 @@ class ServedModel:
         """Whether the backend's answers count the prompt (else planning counts it)."""
         return self.route is not None or self.contract.reports_prompt_tokens
 
+    @property
+    def enforces_guides(self) -> bool:
+        """Whether a JSON schema (a forced tool call, ``response_format``) is enforced: always on
+        the vLLM contract; on TensorRT-LLM where the model that runs it declares the guided
+        decoding inputs and its engine has a ``guided_decoding_backend``."""
+        return self.accepts("guided_decoding_guide_type") and bool(getattr(self.runs_contract, "guided", True))
+
     def accepts(self, name: str) -> bool:
         """Whether the model that runs its requests declares input ``name`` (a TensorRT-LLM
         model's guided decoding, LoRA); the vLLM contract takes everything in its JSON."""

@@ -40,7 +40,7 @@ from gateway.plan.images import image_parts, load_images
 from gateway.plan.limits import check_chat_limits, check_sampling_limits
 from gateway.plan.reasoning import needs_special_tokens, plan_reasoning
 from gateway.plan.requests import ChatCompletionRequest, CompletionRequest, SamplingFields
-from gateway.plan.sampling import stop_list, structured_outputs, to_generation_requests
+from gateway.plan.sampling import stop_list, structured_outputs, to_generation_requests, tokens_for
 from gateway.plan.tools import NO_TOOLS, ToolsDecision, from_legacy_functions, plan_tools
 from gateway.plan.validate import check_request
 from gateway.tools.registry import PARSERS
@@ -133,8 +133,10 @@ def detokenizing(model: ServedModel, request: GenerationRequest) -> Detokenizing
 
 
 def completion_counting(model: ServedModel) -> Callable[[str], int] | None:
-    """For a model whose answers carry no token counts: its tokenizer counts each choice's text."""
-    if model.runs_contract.reports_completion_tokens or model.tokenizer is None:
+    """For a TensorRT-LLM model that answers text: its tokenizer counts a choice's text where
+    the answers carry no token counts (the LLM-API model; ensembles before 2025-06; a BLS before
+    2025-10 declares the counts but does not pass them on)."""
+    if not model.trtllm or model.route is not None or model.tokenizer is None:
         return None
     tokenizer = model.tokenizer
     return lambda text: len(tokenizer.encode(text, add_special_tokens=False).ids)
@@ -207,6 +209,7 @@ async def prepare_chat(
         or needs_special_tokens(reasoning),
         stream_tokens=reasoning is not None,
         images=loaded,
+        tokens=await tokens_for(resolved.model, prompt, body, catalog.counter),
     )
     if trace is not None:
         trace.phase(PREPARE, started)
@@ -255,6 +258,7 @@ async def prepare_completion(
                 logprobs=body.logprobs,
                 deadline=context.deadline,
                 session_key=session_key_of(context, body),
+                tokens=await tokens_for(resolved.model, prompt, body, catalog.counter),
             )
         )
     if trace is not None:

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from gateway.backend.types import GenerationRequest, Placement, TokenPrompt
 from gateway.models.catalog import ServedModel
 from gateway.models.resolve import ResolvedModel
+from gateway.models.tokens import TokenCounter
 from gateway.plan.requests import ChatCompletionRequest, CompletionRequest, SamplingFields
 
 # request field → SamplingParams field, copied when set (not None).
@@ -127,6 +129,7 @@ def to_generation_requests(
     keep_special_tokens: bool = False,
     stream_tokens: bool = False,
     images: tuple[str, ...] = (),
+    tokens: TokenPrompt | None = None,
 ) -> list[GenerationRequest]:
     """The backend requests for one prompt: one single-sequence request per choice (``request_ids``
     holds one id per choice, ``n`` in all). ``stream_tokens``: ask the backend for a response per
@@ -134,8 +137,9 @@ def to_generation_requests(
 
     Why not one request with ``n``: Triton's vLLM backend pairs its outputs by position and, when
     not streaming, sends only the last one, so choices land at the wrong index or are lost; and a
-    TensorRT-LLM ensemble generates one sequence per request anyway. n requests give every backend
-    the same choices vLLM's own server gives."""
+    TensorRT-LLM model generates one sequence per request anyway. n requests give every backend
+    the same choices vLLM's own server gives. ``tokens``: the prompt as ids, for a model that
+    takes them (``token_prompt``)."""
     params = to_sampling_params(
         request,
         max_tokens=max_tokens,
@@ -145,7 +149,6 @@ def to_generation_requests(
         keep_special_tokens=keep_special_tokens,
     )
     model = resolved.model
-    tokens = token_prompt(model, prompt, params) if model.route is not None else None
     return [
         GenerationRequest(
             request_id=request_id,
@@ -166,7 +169,7 @@ def to_generation_requests(
     ]
 
 
-def token_prompt(model: ServedModel, prompt: str, params: Mapping[str, Any]) -> TokenPrompt:
+def token_prompt(model: ServedModel, prompt: str, stops: Sequence[str], bad_words: Sequence[str]) -> TokenPrompt:
     """The prompt as the model's ``tensorrt_llm`` step takes it: tokenized as its preprocessing
     step would (``add_special_tokens``), stop and bad words each alone without special tokens."""
     route, tokenizer = model.route, model.tokenizer
@@ -176,10 +179,15 @@ def token_prompt(model: ServedModel, prompt: str, params: Mapping[str, Any]) -> 
         return tuple(tuple(tokenizer.encode(w, add_special_tokens=False).ids) for w in words if w)
 
     ids = tokenizer.encode(prompt, add_special_tokens=route.add_special_tokens).ids
-    return TokenPrompt(
-        tuple(ids),
-        route.end_id,
-        route.pad_id,
-        stop_words=alone(params.get("stop") or ()),
-        bad_words=alone(params.get("bad_words") or ()),
-    )
+    return TokenPrompt(tuple(ids), route.end_id, route.pad_id, stop_words=alone(stops), bad_words=alone(bad_words))
+
+
+async def tokens_for(
+    model: ServedModel, prompt: str, request: SamplingFields, counter: TokenCounter
+) -> TokenPrompt | None:
+    """``token_prompt`` for a model with a token route (off the event loop for a long prompt,
+    as counting is); None for every other model."""
+    if model.route is None:
+        return None
+    make = partial(token_prompt, model, stops=stop_list(request.stop), bad_words=request.bad_words or ())
+    return await counter.run(make, prompt, len(prompt))

@@ -119,10 +119,10 @@ def _params(tools: list[dict[str, Any]]) -> ToolParams:
 
 
 def _check_enforceable(model: ServedModel) -> None:
-    if not model.accepts("guided_decoding_guide_type"):
+    if not model.enforces_guides:
         raise InvalidRequestError(
             f"tool_choice 'required' or a named function is forced with structured outputs, which the model "
-            f"'{model.name}' (TensorRT-LLM {model.layout}: no guided_decoding inputs) cannot enforce; "
+            f"'{model.name}' (TensorRT-LLM {model.layout}: no guided decoding) cannot enforce; "
             "use tool_choice 'auto' or 'none'.",
             param="tool_choice",
         )

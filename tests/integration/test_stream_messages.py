@@ -16,17 +16,14 @@ from typing import Any
 
 import pytest
 
-from gateway.backend.contracts.trtllm import build_trtllm_request
 from gateway.backend.contracts.vllm import build_infer_request
 from gateway.backend.stream_messages import StreamReader
 from gateway.backend.transport.base import STREAM_INFER_PATH
 from gateway.backend.transport.h2 import H2Transport
-from gateway.backend.triton import trtllm_reader, vllm_reader
+from gateway.backend.triton import vllm_reader
 from gateway.backend.types import GenerationChunk, GenerationRequest
 from gateway.errors import GatewayError
 from gateway.triton_launcher import TritonServer
-
-ENSEMBLE_INPUTS = frozenset({"text_input", "max_tokens", "stream", "exclude_input_in_output"})
 
 
 async def _stream(
@@ -87,19 +84,6 @@ def test_a_real_model_stream_is_read_by_the_shortcut_after_its_first_response(
     assert chunks[-1].final and not any(chunk.final for chunk in chunks[:-1])
     # The first response teaches the head; the final one differs in its flag.
     assert _read_again(messages, chunks, vllm_reader) == len(messages) - 2 >= 22
-
-
-def test_an_ensemble_stream_is_read_by_the_shortcut(triton: TritonServer) -> None:
-    request = GenerationRequest(
-        "shortcut-2", "trtllm_ensemble", "alpha beta gamma", {"max_tokens": 12}, inputs=ENSEMBLE_INPUTS
-    )
-    infer = build_trtllm_request(request, ENSEMBLE_INPUTS)
-    messages, chunks, error = asyncio.run(_stream(triton, infer, trtllm_reader()))
-    assert error is None
-    assert b"".join(chunk.text[0] for chunk in chunks if chunk.text) == b"alpha beta gamma " * 4
-    # The stand-in ensemble flags no response final (its call just ends): all but the first.
-    assert not any(chunk.final for chunk in chunks)
-    assert _read_again(messages, chunks, trtllm_reader) == len(messages) - 1 == 11
 
 
 def test_an_error_inside_the_stream_still_ends_the_call_with_its_typed_error(triton: TritonServer) -> None:

@@ -12,6 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
+from gateway.backend.contracts import Contract, build_contract
+from gateway.backend.contracts.vllm import VLLM
+from gateway.backend.types import ModelInterface, TensorSpec
 from gateway.config import Settings
 from gateway.errors import InvalidRequestError
 from gateway.models.catalog import ServedModel
@@ -21,10 +24,21 @@ from gateway.plan.budget import count_needed, plan_budget, token_budget
 WEIGHTS = Path(__file__).resolve().parents[2] / "triton_models" / "weights" / "tiny-llm"
 TOKENIZER = Tokenizer.from_file(str(WEIGHTS / "tokenizer.json"))
 
-TRTLLM_INPUTS = frozenset({"text_input", "max_tokens", "stream"})
+
+def _ensemble(*extra: str) -> Contract:
+    """An ensemble's contract; it reports the prompt's tokens only when it declares
+    ``return_num_input_tokens`` (TensorRT-LLM since mid-2025)."""
+    specs = [TensorSpec("text_input", "BYTES", (1,)), TensorSpec("max_tokens", "INT32", (1,))]
+    specs += [TensorSpec(name, "BOOL", (1,), True) for name in ("stream", *extra)]
+    interface = ModelInterface({s.name: s for s in specs}, decoupled=True, max_batch_size=8, platform="ensemble")
+    return build_contract("ensemble", interface)
 
 
-def model(max_model_len: int | None, *, bound: bool = True, inputs: frozenset[str] = frozenset()) -> ServedModel:
+SILENT_ENSEMBLE = _ensemble()
+COUNTING_ENSEMBLE = _ensemble("return_num_input_tokens", "return_num_output_tokens")
+
+
+def model(max_model_len: int | None, *, bound: bool = True, contract: Contract = VLLM) -> ServedModel:
     counting = PromptTokenizer(TOKENIZER)
     if not bound:
         counting.bound = None
@@ -33,8 +47,9 @@ def model(max_model_len: int | None, *, bound: bool = True, inputs: frozenset[st
         tokenizer=TOKENIZER,
         prompt_tokenizer=counting,
         max_model_len=max_model_len,
-        inputs=inputs,
         backend="python",
+        layout=contract.layout,
+        contract=contract,
     )
 
 
@@ -72,7 +87,7 @@ def planned(*args: Any, **kwargs: Any) -> tuple[int, int | None]:
     max_model_len=st.one_of(st.none(), st.integers(min_value=1, max_value=150)),
     min_tokens=st.one_of(st.none(), st.integers(min_value=0, max_value=150)),
     cap=st.one_of(st.none(), st.integers(min_value=1, max_value=100)),
-    inputs=st.sampled_from([frozenset(), TRTLLM_INPUTS]),
+    contract=st.sampled_from([VLLM, SILENT_ENSEMBLE, COUNTING_ENSEMBLE]),
 )
 def test_counting_only_when_needed_refuses_and_sends_what_counting_always_does(
     prompt: str,
@@ -80,9 +95,9 @@ def test_counting_only_when_needed_refuses_and_sends_what_counting_always_does(
     max_model_len: int | None,
     min_tokens: int | None,
     cap: int | None,
-    inputs: frozenset[str],
+    contract: Contract,
 ) -> None:
-    served = model(max_model_len, inputs=inputs)
+    served = model(max_model_len, contract=contract)
     config = Settings(max_tokens_limit=cap)
     always = outcome(lambda: token_budget(requested, served, prompt, config, min_tokens=min_tokens))
     when_needed = outcome(lambda: planned(requested, served, prompt, config, min_tokens=min_tokens))
@@ -94,12 +109,13 @@ def test_counting_only_when_needed_refuses_and_sends_what_counting_always_does(
     counted = when_needed[1][1]
     assert counted in (None, always[1][1])
     if counted is None:  # then the backend reports the prompt's tokens
-        assert not inputs
+        assert contract is not SILENT_ENSEMBLE
 
 
-def test_a_prompt_that_fits_with_max_tokens_given_is_not_counted() -> None:
+@pytest.mark.parametrize("contract", [VLLM, COUNTING_ENSEMBLE], ids=["vllm", "ensemble-reporting-counts"])
+def test_a_prompt_that_fits_with_max_tokens_given_is_not_counted(contract: Contract) -> None:
     counter = CountingCounter()
-    result = asyncio.run(plan_budget(16, model(1_000_000), "word " * 20_000, Settings(), counter))
+    result = asyncio.run(plan_budget(16, model(1_000_000, contract=contract), "word " * 20_000, Settings(), counter))
     counter.close()
     assert result == (16, None)
     assert counter.prompts == []
@@ -110,7 +126,7 @@ def test_a_prompt_that_fits_with_max_tokens_given_is_not_counted() -> None:
     [
         ("no max_tokens: the default is the room left", None, model(1_000_000)),
         ("the bound does not prove it fits", 16, model(100_000)),
-        ("a TensorRT-LLM ensemble reports no usage", 16, model(1_000_000, inputs=TRTLLM_INPUTS)),
+        ("a TensorRT-LLM ensemble without return_num_input_tokens", 16, model(1_000_000, contract=SILENT_ENSEMBLE)),
         ("no bound for the tokenizer's shape", 16, model(1_000_000, bound=False)),
     ],
 )

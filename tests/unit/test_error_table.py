@@ -111,7 +111,19 @@ class Case(NamedTuple):
     param: str | None
 
 
+TRTLLM_TOP_K = (
+    "Executor failed process requestId 7 due to the following error: [TensorRT-LLM][ERROR] Assertion failed: "
+    "topK must be >= 0 (cpp/tensorrt_llm/executor/samplingConfig.cpp)"
+)
+"""The C++ backend's prefix (src/) around a TLLM_CHECK of samplingConfig.cpp, as its stand-in says it."""
+TRTLLM_LORA_CACHE_FULL = (
+    "Executor failed process requestId 9 due to the following error: Cache is full. There are no done tasks to evict"
+)
+"""peftCacheManager's text behind the C++ backend's prefix (tensorrt-llm-contract.md §2.12)."""
+
 REAL = [
+    Case("trtllm-refused-request", TRTLLM_TOP_K, InvalidRequestError, None),
+    Case("lora-cache-full", TRTLLM_LORA_CACHE_FULL, BackendUnavailableError, None),
     Case("structured-outputs", TINY_LLM_BAD_SCHEMA, InvalidRequestError, "response_format"),
     Case("structured-outputs", VLLM_BAD_SCHEMA, InvalidRequestError, "response_format"),
     Case("structured-outputs", VLLM_STRUCTURED_WITHOUT_TOKENIZER, InvalidRequestError, "response_format"),

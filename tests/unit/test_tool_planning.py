@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 
+from gateway.backend.contracts import build_contract
+from gateway.backend.types import ModelInterface, TensorSpec
 from gateway.core.generation_plan import FORCED_NAMED, FORCED_REQUIRED, ToolPlan
 from gateway.core.toolcalls import ToolCallOut, ToolCallReader
 from gateway.errors import InvalidRequestError
@@ -23,7 +25,25 @@ TOOLS = [
 ]
 HERMES = ServedModel(name="m", tool_parser="hermes")
 NO_PARSER = ServedModel(name="plain")
-TRTLLM = ServedModel(name="ens", tool_parser="hermes", inputs=frozenset({"text_input", "max_tokens"}))
+
+
+def _ensemble(name: str, *inputs: str, step: ModelInterface | None = None) -> ServedModel:
+    """A TensorRT-LLM ensemble declaring ``text_input``, ``max_tokens`` and ``inputs`` (BYTES);
+    ``step``: its ``tensorrt_llm`` model, where served."""
+    specs = {n: TensorSpec(n, "BYTES", (1,), n != "text_input") for n in ("text_input", *inputs)}
+    specs["max_tokens"] = TensorSpec("max_tokens", "INT32", (1,))
+    interface = ModelInterface(specs, max_batch_size=8, platform="ensemble")
+    return ServedModel(
+        name=name, tool_parser="hermes", layout="ensemble", contract=build_contract("ensemble", interface, step=step)
+    )
+
+
+TRTLLM = _ensemble("ens")
+"""An ensemble without guided decoding (before v0.19): it cannot enforce a schema."""
+GUIDE_INPUTS = ("guided_decoding_guide_type", "guided_decoding_guide")
+TRTLLM_GUIDED = _ensemble("ens-guided", *GUIDE_INPUTS)
+TRTLLM_NO_BACKEND = _ensemble("ens-no-backend", *GUIDE_INPUTS, step=ModelInterface(parameters={}))
+"""Declares the guide inputs, but its tensorrt_llm step sets no guided_decoding_backend."""
 
 
 def chat(**fields: Any) -> ChatCompletionRequest:
@@ -121,7 +141,12 @@ def test_forced_call_schemas_close_objects_that_are_silent_on_other_keys() -> No
 
 
 def test_forcing_needs_a_backend_that_enforces_schemas() -> None:
-    assert refusal(chat(tool_choice="required"), TRTLLM).param == "tool_choice"
+    refused = refusal(chat(tool_choice="required"), TRTLLM)
+    assert refused.param == "tool_choice"
+    assert "TensorRT-LLM ensemble" in refused.message
+    assert refusal(chat(tool_choice="required"), TRTLLM_NO_BACKEND).param == "tool_choice"
+    # An ensemble that declares guided decoding enforces the schema like vLLM does.
+    assert plan_tools(chat(tool_choice="required"), TRTLLM_GUIDED) == plan_tools(chat(tool_choice="required"), HERMES)
 
 
 @pytest.mark.parametrize(

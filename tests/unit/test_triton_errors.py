@@ -1,5 +1,5 @@
 """How the backend's readers turn one ``ModelStreamInferResponse`` message into a chunk (the FINAL
-flag, every sequence, the TensorRT-LLM ensemble's contract), or into the typed error an in-stream
+flag, every sequence, a TensorRT-LLM contract's reader), or into the typed error an in-stream
 error message carries (classified by ``error_table.py``, tested rule by rule in
 ``test_error_table.py``, whose texts these are)."""
 
@@ -13,7 +13,8 @@ from tritonclient.grpc import service_pb2
 from tritonclient.utils import serialize_byte_tensor
 
 from gateway.backend import triton
-from gateway.backend.types import GenerationChunk
+from gateway.backend.contracts.trtllm_text import TextContract
+from gateway.backend.types import GenerationChunk, GenerationRequest, ModelInterface, TensorSpec
 from gateway.errors import BackendError, GatewayError
 from tests.unit.test_error_table import OTHER_WORDINGS, REAL, Case
 
@@ -64,12 +65,36 @@ def test_reader_parses_every_sequence() -> None:
     assert chunk.finish_reason == ("length", "length")
 
 
-def test_trtllm_reader_uses_the_ensemble_contract() -> None:
+ENSEMBLE = TextContract(
+    ModelInterface(
+        {
+            "text_input": TensorSpec("text_input", "BYTES", (1,)),
+            "max_tokens": TensorSpec("max_tokens", "INT32", (1,)),
+            "stream": TensorSpec("stream", "BOOL", (1,), True),
+            "exclude_input_in_output": TensorSpec("exclude_input_in_output", "BOOL", (1,), True),
+        },
+        decoupled=True,
+        max_batch_size=8,
+        platform="ensemble",
+    ),
+    layout="ensemble",
+    cumulative=False,
+    echoes=True,
+)
+ENSEMBLE_REQUEST = GenerationRequest("r", "ensemble", "hi", {"max_tokens": 4}, contract=ENSEMBLE)
+
+
+def ensemble_reader() -> Any:
+    return triton.contract_reader(ENSEMBLE, ENSEMBLE_REQUEST)
+
+
+def test_contract_reader_reads_by_the_ensemble_contract() -> None:
     response = service_pb2.ModelInferResponse(model_name="ensemble")
     response.outputs.add(name="text_output", datatype="BYTES", shape=[1, 1])
     response.raw_output_contents.append(serialize_byte_tensor(np.array([[b"tok"]], dtype=np.object_)).item())
-    assert triton.trtllm_reader()(message(response)) == GenerationChunk((b"tok",), (None,), None, (1,), None, False)
-    assert triton.trtllm_reader()(message(response, final=True)).final is True
+    # No num_output_tokens declared: no counts (the core counts the text).
+    assert ensemble_reader()(message(response)) == GenerationChunk((b"tok",), (None,), None, None, None, False)
+    assert ensemble_reader()(message(response, final=True)).final is True
 
 
 @pytest.mark.parametrize("case", REAL + OTHER_WORDINGS, ids=lambda case: f"{case.rule}:{case.message[:40]}")
@@ -86,4 +111,4 @@ def test_reader_error_wins_over_the_data_beside_it() -> None:
     with pytest.raises(BackendError, match="Error generating stream: boom"):
         triton.vllm_reader()(data)
     with pytest.raises(BackendError):
-        triton.trtllm_reader()(data)
+        ensemble_reader()(data)

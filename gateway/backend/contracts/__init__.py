@@ -50,6 +50,13 @@ def is_true(value: str | None) -> bool:
     return (value or "").strip().lower() in ("true", "1", "yes")
 
 
+def guides(interface: ModelInterface) -> bool:
+    """Whether a ``tensorrt_llm`` model enforces guided decoding: it needs its
+    ``guided_decoding_backend`` parameter (``xgrammar``); without it a guide would be ignored."""
+    value = interface.parameters.get("guided_decoding_backend", "").strip()
+    return bool(value) and not value.startswith("${")
+
+
 def llm_step_name(layout: str, interface: ModelInterface, models: Mapping[str, ModelInterface]) -> str | None:
     """The ``tensorrt_llm`` model an ensemble or BLS model runs, when it is served here."""
     if layout == "bls":
@@ -71,13 +78,16 @@ def build_contract(
     or BLS runs (its ``exclude_input_in_output`` parameter says whether a whole answer echoes)."""
     if layout == "tensorrt_llm":
         echoes = not is_true(interface.parameters.get("exclude_input_in_output"))
-        return TokensContract(interface, echoes=echoes, adapters=adapters)
+        return TokensContract(interface, echoes=echoes, adapters=adapters, guided=guides(interface))
     if layout == "llmapi":
         return LlmApiContract(interface)
     if layout in ("ensemble", "bls"):
         echoes = step is None or not is_true(step.parameters.get("exclude_input_in_output"))
         cumulative = layout == "bls" and is_true(interface.parameters.get("accumulate_tokens"))
-        return TextContract(interface, layout=layout, cumulative=cumulative, echoes=echoes, adapters=adapters)
+        guided = step is None or guides(step)  # a step not served here: the declared inputs say
+        return TextContract(
+            interface, layout=layout, cumulative=cumulative, echoes=echoes, adapters=adapters, guided=guided
+        )
     return VLLM
 
 

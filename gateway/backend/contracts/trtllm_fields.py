@@ -159,13 +159,21 @@ def guide_of(structured: str) -> tuple[str, str]:
     raise ValueError(f"no constraint TensorRT-LLM can enforce in {sorted(given)}")
 
 
-def add_guide(infer: Any, interface: ModelInterface, request: GenerationRequest, layout: str) -> None:
+def add_guide(
+    infer: Any, interface: ModelInterface, request: GenerationRequest, layout: str, enabled: bool = True
+) -> None:
+    """``enabled``: the engine can enforce a guide (its ``tensorrt_llm`` model sets
+    ``guided_decoding_backend``); a guide it would ignore is refused, never sent."""
     structured = request.sampling.get("structured_outputs")
     if structured is None:
         return
     names = ("guided_decoding_guide_type", "guided_decoding_guide")
     if not all(n in interface.inputs for n in names):
         raise refuse(request, layout, "structured_outputs", "the model declares no guided_decoding inputs")
+    if not enabled:
+        raise refuse(
+            request, layout, "structured_outputs", "its tensorrt_llm model sets no guided_decoding_backend parameter"
+        )
     extra = set(json.loads(structured)) - set(_GUIDES) - {"choice"} - _IGNORED_OPTIONS
     if extra:
         raise refuse(request, layout, "structured_outputs", f"guided decoding has no {', '.join(sorted(extra))}")
@@ -216,8 +224,16 @@ def add_lora(
     if name is None:
         return
     adapter = adapters.get(name)
-    if "lora_task_id" not in interface.inputs or adapter is None:
+    if "lora_task_id" not in interface.inputs:
         raise refuse(request, layout, "lora_name", "the model declares no lora_task_id input")
+    if adapter is None:  # listed in multi_lora.json, but its folder is not found here
+        raise refuse(
+            request,
+            layout,
+            "lora_name",
+            f"the gateway cannot read the adapter '{name}' (model.lora_weights.npy and model.lora_config.npy "
+            "in the folder multi_lora.json names)",
+        )
     add_declared(infer, interface, "lora_task_id", [adapter.task_id])
     if weights:
         w_shape, w_raw, c_shape, c_raw = adapter.tensors()

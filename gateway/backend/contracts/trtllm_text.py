@@ -8,8 +8,9 @@ decides how its answers read:
   otherwise); a model that is not answers once, and a streaming client gets that answer as one
   chunk;
 - a whole answer echoes the prompt unless ``exclude_input_in_output`` is sent, which ensembles
-  before v0.16 do not declare: then a decoupled model is streamed from (streaming never returns
-  prompt tokens) and a non-decoupled one has the echoed prompt cut off its text;
+  before v0.16 do not declare: the echoed prompt is then cut off the text where the text starts
+  with it (a prompt the tokenizer gives back unchanged; streaming from the model instead would
+  avoid the echo but decode each response alone, losing SentencePiece spaces);
 - streamed ``text_output`` is each response's tokens decoded alone (a delta: SentencePiece
   tokenizers lose the spaces between responses there, which only driving ``tensorrt_llm`` with
   the gateway's own detokenizer avoids), except from a BLS model with ``accumulate_tokens``,
@@ -63,7 +64,7 @@ class TextReader:
     """One call's responses → chunks: the first sequence's text (delta, or cumulative turned
     into deltas), its counts, and a finish reason where the layout has one."""
 
-    __slots__ = ("_cumulative", "_strip", "_subtract", "_sent", "_finish")
+    __slots__ = ("_cumulative", "_strip", "_subtract", "_sent", "_whole", "_finish")
 
     def __init__(self, *, cumulative: bool, strip: bytes | None, subtract_prompt: bool, finish: Any = None) -> None:
         self._cumulative = cumulative
@@ -72,6 +73,8 @@ class TextReader:
         told to leave out)."""
         self._subtract = subtract_prompt
         self._sent = b""
+        self._whole = b""
+        """The last whole text a cumulative layout sent (its empty final response repeats it)."""
         self._finish = finish
         """Reads a ``finish_reason`` output's raw bytes (the LLM-API model), else None."""
 
@@ -103,8 +106,10 @@ class TextReader:
 
     def _delta(self, whole: bytes, ending: bool) -> bytes:
         sent = self._sent
-        if not whole and not ending:
-            return b""  # an empty response (a BLS's final) says nothing new
+        if whole:
+            self._whole = whole
+        else:  # an empty response (a BLS's separate final) says nothing new
+            whole = self._whole
         if whole.startswith(sent):
             delta = whole[len(sent) :]
         else:  # an earlier character resolved differently: what was sent cannot be taken back
@@ -130,28 +135,34 @@ class TextContract:
         cumulative: bool,
         echoes: bool,
         adapters: Mapping[str, LoraAdapter] | None = None,
+        guided: bool = True,
     ) -> None:
         """``cumulative``: streamed text is the whole text so far (BLS ``accumulate_tokens``);
         ``echoes``: a whole answer starts with the prompt unless told otherwise (the LLM step's
-        ``exclude_input_in_output`` parameter is not true)."""
+        ``exclude_input_in_output`` parameter is not true); ``guided``: its engine enforces
+        guided decoding."""
         self.layout = layout
         self.interface = interface
         self._cumulative = cumulative
         self._echoes = echoes and "exclude_input_in_output" not in interface.inputs
         self._adapters = dict(adapters or {})
+        self.guided = guided
         self.reports_prompt_tokens = "return_num_input_tokens" in interface.inputs
         self.reports_completion_tokens = "return_num_output_tokens" in interface.inputs
 
     def streams(self, request: GenerationRequest) -> bool:
-        """Whether the backend is asked to stream: only a decoupled model can, and one that would
-        echo a whole answer's prompt is streamed from even for a whole answer."""
-        if not self.interface.decoupled or "stream" not in self.interface.inputs:
-            return False
-        return request.stream or self._echoes
+        """Whether the backend is asked to stream: when the client streams, and only where the
+        model is decoupled."""
+        return request.stream and self.interface.decoupled and "stream" in self.interface.inputs
 
     def encode(self, request: GenerationRequest, *, lora_weights: bool = False) -> bytes:
         interface, layout = self.interface, self.layout
         infer = service_pb2.ModelInferRequest(model_name=request.model, id=request.request_id)
+        if interface.decoupled:
+            # A BLS model ends with an empty FINAL response of its own, which Triton's stream
+            # sends only when asked: without it, a cumulative text's last held-back bytes and the
+            # end of the answer would wait for the call's end.
+            infer.parameters["triton_enable_empty_final_response"].bool_param = True
         add_declared(infer, interface, "text_input", [request.prompt])
         sent = {"text_input"}
         if add_flag(infer, interface, "stream", self.streams(request)):
@@ -182,7 +193,7 @@ class TextContract:
             else:
                 continue
             sent.add(name)
-        add_guide(infer, interface, request, layout)
+        add_guide(infer, interface, request, layout, self.guided)
         add_lora(infer, interface, request, layout, self._adapters, lora_weights)
         sent.update(i.name for i in infer.inputs)
         for name, spec in interface.inputs.items():

@@ -88,13 +88,19 @@ class TokensContract:
     reports_completion_tokens = True
 
     def __init__(
-        self, interface: ModelInterface, *, echoes: bool, adapters: Mapping[str, LoraAdapter] | None = None
+        self,
+        interface: ModelInterface,
+        *,
+        echoes: bool,
+        adapters: Mapping[str, LoraAdapter] | None = None,
+        guided: bool = True,
     ) -> None:
         """``echoes``: a whole answer starts with the prompt's ids unless told otherwise (the
         model's ``exclude_input_in_output`` parameter is not true)."""
         self.interface = interface
         self._echoes = echoes and "exclude_input_in_output" not in interface.inputs
         self._adapters = dict(adapters or {})
+        self.guided = guided
 
     def streams(self, request: GenerationRequest) -> bool:
         return request.stream and self.interface.decoupled and "streaming" in self.interface.inputs
@@ -118,7 +124,7 @@ class TokensContract:
         stops = list(tokens.stop_words) + [(i,) for i in request.sampling.get("stop_token_ids") or ()]
         self._add_words(infer, request, "stop_words_list", stops, "stop_token_ids")
         self._add_words(infer, request, "bad_words_list", tokens.bad_words, "bad_words")
-        add_guide(infer, interface, request, layout)
+        add_guide(infer, interface, request, layout, self.guided)
         add_lora(infer, interface, request, layout, self._adapters, lora_weights)
         return bytes(infer.SerializeToString())
 

@@ -27,6 +27,20 @@ def _model_object(model_id: str, base: ServedModel, adapter: str | None) -> dict
         "max_model_len": base.max_model_len,
         "tool_call_parser": base.tool_parser,
         "reasoning_parser": base.reasoning_parser,
+        "triton": _triton(base),
+    }
+
+
+def _triton(model: ServedModel) -> dict[str, Any] | None:
+    """How the gateway drives a TensorRT-LLM model: its layout, the Triton model its requests go
+    to, and whether its streamed text is exact (an ensemble's own per-response decoding loses
+    SentencePiece spaces: docs/DEPLOY.md, "TensorRT-LLM"). None for other models."""
+    if not model.trtllm:
+        return None
+    return {
+        "layout": model.layout,
+        "runs_on": model.route.step if model.route is not None else model.name,
+        "streamed_text_exact": model.text_exact,
     }
 
 
