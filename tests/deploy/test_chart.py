@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.deploy.values import merge_values
+from tests.deploy.values import TRTLLM_SCENARIOS, merge_values
 
 CHART_DIR = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "triton-openai-gateway"
 NAMESPACE = "inference"  # the namespace conftest's render fixture uses
@@ -142,6 +142,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
             "inferencePool": {"enabled": True, "endpointPicker": {"serviceName": "llm-epp"}},
         },
     ),
+    **TRTLLM_SCENARIOS,  # each TensorRT-LLM layout; their own checks: test_tensorrt_llm.py
 }
 
 RenderFn = Callable[[dict[str, Any]], Rendered]

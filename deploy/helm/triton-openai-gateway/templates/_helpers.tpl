@@ -298,3 +298,16 @@ type: Recreate
 {{- define "triton-openai-gateway.inferencePoolName" -}}
 {{- default (include "triton-openai-gateway.fullname" .) .Values.inferencePool.name }}
 {{- end }}
+
+{{/*
+True (non-empty) when the release serves TensorRT-LLM models: a chart-run Triton on a
+"-trtllm-" image, or a gateway.modelFiles entry that names a TensorRT-LLM layout or route.
+*/}}
+{{- define "triton-openai-gateway.servesTensorrtLLM" -}}
+{{- $found := and (include "triton-openai-gateway.runsTriton" .) (contains "trtllm" .Values.triton.image.tag) }}
+{{- range $name, $files := .Values.gateway.modelFiles }}
+{{- if has (toString (get $files "layout")) (list "ensemble" "bls" "tensorrt_llm" "llmapi") }}{{ $found = true }}{{ end }}
+{{- if has (toString (get $files "trtllm_route")) (list "model" "tokens") }}{{ $found = true }}{{ end }}
+{{- end }}
+{{- if $found }}true{{ end }}
+{{- end }}

@@ -74,6 +74,42 @@ deployment.yaml, so a bad release fails at template time with a message that say
 {{- end }}
 {{- include "triton-openai-gateway.validateStore" . }}
 {{- include "triton-openai-gateway.validateInferencePool" . }}
+{{- include "triton-openai-gateway.validateModelFiles" . }}
+{{- end }}
+
+{{/*
+gateway.modelFiles: the files it names are read by the gateway, and the only files a gateway pod
+has are the model volume's (mounted read-only where Triton mounts it). A chat_template it cannot
+read stops the gateway at start; a tokenizer path off the volume is never found. A model driven
+with token ids (layout tensorrt_llm, or trtllm_route tokens: a TensorRT-LLM ensemble or BLS
+through its tensorrt_llm step) is tokenized with the tokenizer its config names, on that volume,
+so the gateway must mount it.
+*/}}
+{{- define "triton-openai-gateway.validateModelFiles" -}}
+{{- $mounted := include "triton-openai-gateway.gatewayMountsModels" . }}
+{{- $root := trimSuffix "/" (include "triton-openai-gateway.gatewayModelMountPath" .) }}
+{{- $mount := "gateway.modelRepository.enabled=true" }}
+{{- if not (include "triton-openai-gateway.runsTriton" .) }}
+{{- $mount = "gateway.modelRepository.existingClaim, a PVC with the repository at the paths Triton sees" }}
+{{- end }}
+{{- range $name, $files := .Values.gateway.modelFiles }}
+{{- range $key := list "tokenizer" "chat_template" }}
+{{- $path := toString (get $files $key) }}
+{{- if hasPrefix "/" $path }}
+{{- if not $mounted }}
+{{- fail (printf "gateway.modelFiles.%s.%s (%s) is a file the gateway reads, and the gateway mounts no model volume: set %s" $name $key $path $mount) }}
+{{- end }}
+{{- if or (not (hasPrefix (printf "%s/" $root) $path)) (contains "/../" $path) }}
+{{- fail (printf "gateway.modelFiles.%s.%s (%s) must lie under the model volume's mountPath (%s): the gateway pod has no other files to read it from" $name $key $path $root) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- $layout := toString (get $files "layout") }}
+{{- $route := toString (get $files "trtllm_route") }}
+{{- if and (not $mounted) (or (eq $layout "tensorrt_llm") (eq $route "tokens")) }}
+{{- fail (printf "gateway.modelFiles.%s: %s sends token ids, which the gateway makes with the model's tokenizer (the tokenizer_dir its Triton config names, or this entry's tokenizer) read from the model volume; the gateway mounts none: set %s" $name (ternary "layout tensorrt_llm" "trtllm_route tokens" (eq $layout "tensorrt_llm")) $mount) }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/*
