@@ -66,6 +66,9 @@ def contract_reader(contract: Contract, request: GenerationRequest) -> StreamRea
     return StreamReader(contract.parser(request), classify_stream_error, contract.plan)
 
 
+_EMPTY = GenerationChunk((), ())
+"""What a stop request's answer reads as: nothing (it is an empty FINAL response)."""
+
 LORA_NOT_CACHED = "not found in cache"
 """What TensorRT-LLM's error says when a LoRA task id came without weights the engine has lost
 ("LoRA task <id> not found in cache. Please send LoRA weights with request")."""
@@ -122,6 +125,7 @@ class TritonBackend:
         self._channel: grpc.aio.Channel | None = None
         self._stub: Any = None
         self._active: set[StreamCall[GenerationChunk]] = set()
+        self._stopping: set[asyncio.Task[None]] = set()
         self._lora_sent: set[tuple[str, int]] = set()
         """(model, LoRA task id) this Triton has been sent the weights of: later requests send
         the id alone, until the engine says it lost them."""
@@ -182,6 +186,28 @@ class TritonBackend:
                 )
             )
         return models
+
+    def send_stop(self, model: str, message: bytes) -> None:
+        """Send a model's own stop request (``Contract.stop_message``) in the background, read to
+        its end; a failure is logged, never raised (the request it stops is already over for the
+        client)."""
+        task = asyncio.get_running_loop().create_task(self._stop(model, message))
+        self._stopping.add(task)
+        task.add_done_callback(self._stopping.discard)
+
+    async def _stop(self, model: str, message: bytes) -> None:
+        reader = StreamReader(lambda outputs, raws, final: _EMPTY, classify_stream_error)
+        try:
+            call = await self._transport.open(STREAM_INFER_PATH, message, reader, time.monotonic() + 10.0)
+            try:
+                async with asyncio.timeout(10.0):
+                    async for _ in call:
+                        if reader.final:
+                            break
+            finally:
+                call.cancel()
+        except (CallError, GatewayError, TimeoutError) as exc:
+            logger.warning("stopping a request on %s failed: %s", model, exc)
 
     def generate(self, request: GenerationRequest) -> TritonStream:
         return TritonStream(self, request)
@@ -344,6 +370,9 @@ class TritonStream(HandOffStream):
             asyncio.get_running_loop().call_later(TRAILERS_GRACE, call.cancel)
         else:
             call.cancel()
+            stop = (self._request.contract or VLLM).stop_message(self._request)
+            if stop is not None:
+                self._backend.send_stop(*stop)
 
     async def aclose(self) -> None:
         self._stop()

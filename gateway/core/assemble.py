@@ -232,6 +232,8 @@ class GenerationAssembler:
         texts, reasons, num_input_tokens, counts, entries, final, token_ids = chunk
         if token_ids is not None and self._detokenizers is not None:
             texts = tuple(d.feed(ids).encode() for d, ids in zip(self._detokenizers, token_ids, strict=False))
+            if entries is not None:
+                entries = tuple(d.name_tokens(e) for d, e in zip(self._detokenizers, entries, strict=False))
         if num_input_tokens is not None:
             self.prompt_tokens = num_input_tokens
         choices = self.choices

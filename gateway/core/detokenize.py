@@ -45,6 +45,15 @@ class IncrementalDetokenizer:
         self._ids.extend(ids)
         return self._advance(final=False)
 
+    def name_tokens(self, entries: list[dict[str, dict[str, Any]]]) -> list[dict[str, dict[str, Any]]]:
+        """Logprob entries whose tokens have no text yet (a backend that answers ids) with each
+        token's own text, as vLLM's ``decoded_token`` holds it."""
+        for entry in entries:
+            for token_id, record in entry.items():
+                if record.get("decoded_token") is None:
+                    record["decoded_token"] = self._tokenizer.decode([int(token_id)], skip_special_tokens=False)
+        return entries
+
     def finish(self) -> str:
         """Whatever is left, an incomplete character included (as U+FFFD)."""
         return self._advance(final=True)

@@ -150,7 +150,7 @@ def describe_layout(
     adapters = {a: LoraAdapter(task, d) for task, (a, d) in enumerate(adapter_dirs, start=1) if d is not None}
     step_name = llm_step_name(layout, interface, models)
     step = models.get(step_name) if step_name else None
-    contract = build_contract(layout, interface, step=step, adapters=adapters)
+    contract = build_contract(layout, interface, step=step, step_name=step_name, adapters=adapters)
     pre, post = _steps(layout, interface, models) if layout in ("ensemble", "bls") else (None, None)
     named = pre or (post if post is not None else interface)
     ref = _tokenizer_ref(named) or (_tokenizer_ref(step) if step is not None else None)

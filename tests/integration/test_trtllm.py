@@ -13,6 +13,7 @@ model``), as a gateway that cannot read the tokenizer would.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from tokenizers import Tokenizer
 from tritonclient.grpc import InferenceServerClient, InferInput, InferRequestedOutput
 
 from gateway.triton_launcher import TritonServer
-from tests.integration.conftest import GatewayProcess, start_gateway, stop_gateway, wait_for
+from tests.integration.conftest import GatewayProcess, read_metric, start_gateway, stop_gateway, wait_for
 from tests.integration.trtllm_stack import TOKENIZER_DIR, start_trtllm_triton
 
 PROMPT = "the gateway streams tokens from triton"
@@ -351,27 +352,36 @@ def test_what_a_layout_cannot_take_is_a_400_naming_the_field_and_the_layout(
     assert "TensorRT-LLM" in body["message"]  # type: ignore[index]
 
 
-@pytest.mark.parametrize("model", ["ensemble", "tensorrt_llm_bls_acc", "llmapi"])
+@pytest.mark.parametrize(
+    ("gateway_kind", "model"),
+    [("tokens", "ensemble"), ("text", "ensemble"), ("text", "tensorrt_llm_bls_acc"), ("text", "llmapi")],
+)
 def test_a_client_that_leaves_mid_stream_leaves_nothing_running_in_triton(
-    stack: tuple[TritonServer, Path], text_gateway: GatewayProcess, model: str
+    stack: tuple[TritonServer, Path],
+    tokens_gateway: GatewayProcess,
+    text_gateway: GatewayProcess,
+    gateway_kind: str,
+    model: str,
 ) -> None:
     server, _ = stack
-    with httpx.stream(
-        "POST",
-        text_gateway.url + "/v1/completions",
-        json={"model": model, "prompt": PROMPT, "max_tokens": 400, "stream": True, "extra_body": {}},
-        timeout=30,
-    ) as response:
+    gateway = tokens_gateway if gateway_kind == "tokens" else text_gateway
+    cancelled = read_metric(server.metrics_url, "trtllm_stand_in_requests_cancelled_total", 0.0)
+    body = {"model": model, "prompt": PROMPT, "max_tokens": 2000, "stream": True, "top_k": 1}
+    with httpx.stream("POST", gateway.url + "/v1/completions", json=body, timeout=30) as response:
+        assert response.status_code == 200
         for line in response.iter_lines():
             if line.startswith("data: {"):
                 break
-    assert wait_for(lambda: _in_flight(server) == 0, timeout=10), _in_flight(server)
+    assert wait_for(
+        lambda: read_metric(server.metrics_url, "trtllm_stand_in_requests_cancelled_total", 0.0) > cancelled, timeout=10
+    )
 
+    def tokens() -> float:
+        return read_metric(server.metrics_url, "trtllm_stand_in_tokens_generated_total", 0.0)
 
-def _in_flight(server: TritonServer) -> float:
-    from tests.integration.trtllm_stack import running_requests
-
-    return running_requests(server)
+    settled = tokens()
+    time.sleep(0.5)
+    assert tokens() == settled  # nothing generates any more
 
 
 def test_the_pre_2023_11_ensemble_with_uint32_fields_streams_too(text_gateway: GatewayProcess) -> None:
@@ -416,3 +426,36 @@ def test_an_ensemble_stream_is_read_by_the_shortcut_as_protobuf_reads_it(stack: 
 
 def config_steps(config: Any) -> list[str]:
     return [step.model_name for step in config.ensemble_scheduling.step]
+
+
+@pytest.mark.parametrize("model", ["ensemble", "tensorrt_llm"])
+def test_the_sampled_tokens_logprobs_come_from_the_token_route_and_alternatives_are_refused(
+    tokens_gateway: GatewayProcess, tokenizer: Tokenizer, model: str
+) -> None:
+    with _sdk(tokens_gateway) as sdk:
+        for stream in (False, True):
+            reply = sdk.chat.completions.create(
+                model=model,
+                messages=[{"role": "user", "content": "hi"}],
+                max_tokens=6,
+                logprobs=True,
+                top_logprobs=0,
+                extra_body={"top_k": 1},
+                stream=stream,
+                **({"stream_options": {"include_usage": True}} if stream else {}),
+            )
+            if stream:
+                chunks = list(reply)
+                content = [
+                    t for c in chunks if c.choices and c.choices[0].logprobs for t in c.choices[0].logprobs.content
+                ]
+                completion = chunks[-1].usage.completion_tokens
+            else:
+                content, completion = reply.choices[0].logprobs.content, reply.usage.completion_tokens
+            assert len(content) == completion > 0
+            assert all(t.logprob <= 0.0 and t.top_logprobs == [] for t in content)
+        with pytest.raises(openai.BadRequestError) as info:
+            sdk.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=2, logprobs=True, top_logprobs=2
+            )
+    assert info.value.body["param"] == "logprobs"  # type: ignore[index]

@@ -72,6 +72,7 @@ def build_contract(
     interface: ModelInterface,
     *,
     step: ModelInterface | None = None,
+    step_name: str | None = None,
     adapters: Mapping[str, LoraAdapter] | None = None,
 ) -> Contract:
     """The contract of a model of ``layout``; ``step``: the ``tensorrt_llm`` model an ensemble
@@ -85,8 +86,16 @@ def build_contract(
         echoes = step is None or not is_true(step.parameters.get("exclude_input_in_output"))
         cumulative = layout == "bls" and is_true(interface.parameters.get("accumulate_tokens"))
         guided = step is None or guides(step)  # a step not served here: the declared inputs say
+        # An ensemble's steps are not cancelled with it: its tensorrt_llm step is stopped by name.
+        stop_step = (step_name, step) if layout == "ensemble" and step is not None and step_name else None
         return TextContract(
-            interface, layout=layout, cumulative=cumulative, echoes=echoes, adapters=adapters, guided=guided
+            interface,
+            layout=layout,
+            cumulative=cumulative,
+            echoes=echoes,
+            adapters=adapters,
+            guided=guided,
+            stop_step=stop_step,
         )
     return VLLM
 

@@ -44,3 +44,8 @@ class Contract(Protocol):
     def uses_lora_task(self, request: GenerationRequest) -> int | None:
         """The LoRA task id the request runs with, when its adapter's weights travel by id."""
         ...
+
+    def stop_message(self, request: GenerationRequest) -> tuple[str, bytes] | None:
+        """A request that stops ``request`` where cancelling its call does not (the model to send
+        it to, its bytes); None where cancelling the call is enough."""
+        ...

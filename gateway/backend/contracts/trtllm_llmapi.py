@@ -73,3 +73,6 @@ class LlmApiContract:
 
     def uses_lora_task(self, request: GenerationRequest) -> int | None:
         return None
+
+    def stop_message(self, request: GenerationRequest) -> tuple[str, bytes] | None:
+        return None  # a Triton cancel reaches the model itself

@@ -42,6 +42,7 @@ from gateway.backend.contracts.trtllm_fields import (
     task_of,
     words,
 )
+from gateway.backend.contracts.trtllm_tokens import stop_request
 from gateway.backend.types import GenerationChunk, GenerationRequest, ModelInterface
 from gateway.errors import BackendError
 
@@ -136,17 +137,21 @@ class TextContract:
         echoes: bool,
         adapters: Mapping[str, LoraAdapter] | None = None,
         guided: bool = True,
+        stop_step: tuple[str, ModelInterface] | None = None,
     ) -> None:
         """``cumulative``: streamed text is the whole text so far (BLS ``accumulate_tokens``);
         ``echoes``: a whole answer starts with the prompt unless told otherwise (the LLM step's
         ``exclude_input_in_output`` parameter is not true); ``guided``: its engine enforces
-        guided decoding."""
+        guided decoding; ``stop_step``: the ``tensorrt_llm`` step (name, interface) that a
+        ``stop`` request ends a streamed request on, because a Triton cancel of an ensemble does
+        not reach its steps (Triton 2.51: the step goes on to ``max_tokens``)."""
         self.layout = layout
         self.interface = interface
         self._cumulative = cumulative
         self._echoes = echoes and "exclude_input_in_output" not in interface.inputs
         self._adapters = dict(adapters or {})
         self.guided = guided
+        self._stop_step = stop_step if stop_step is not None and "stop" in stop_step[1].inputs else None
         self.reports_prompt_tokens = "return_num_input_tokens" in interface.inputs
         self.reports_completion_tokens = "return_num_output_tokens" in interface.inputs
 
@@ -220,3 +225,9 @@ class TextContract:
 
     def uses_lora_task(self, request: GenerationRequest) -> int | None:
         return task_of(request, self._adapters)
+
+    def stop_message(self, request: GenerationRequest) -> tuple[str, bytes] | None:
+        if self._stop_step is None or not request.request_id:
+            return None
+        name, interface = self._stop_step
+        return name, stop_request(name, interface, request.request_id)

@@ -52,7 +52,10 @@ def words_list(sequences: Sequence[Sequence[int]]) -> list[list[int]]:
 
 
 class TokenReader:
-    """One call's responses → chunks of token ids (the prompt's dropped when it was echoed)."""
+    """One call's responses → chunks of token ids (the prompt's dropped when it was echoed), with
+    each token's log-probability (``output_log_probs``: the sampled token's only) where asked.
+    Logprob entries are vLLM's shape without the token's text, which the core's detokenizer
+    fills in."""
 
     __slots__ = ("_prompt", "_drop")
 
@@ -64,8 +67,11 @@ class TokenReader:
     def __call__(self, outputs: Outputs, raws: Sequence[bytes], final: bool) -> GenerationChunk:
         ids: tuple[int, ...] | None = None
         length: int | None = None
+        logprobs: tuple[float, ...] | None = None
         for (name, datatype), raw in zip(outputs, raws, strict=False):
-            if name == "output_ids":
+            if name == "output_log_probs" and datatype == "FP32":
+                logprobs = struct.unpack(f"<{len(raw) // 4}f", raw)
+            elif name == "output_ids":
                 if datatype != "INT32":
                     raise BackendError(f"unexpected datatype {datatype} for output_ids")
                 ids = struct.unpack(f"<{len(raw) // 4}i", raw)
@@ -77,7 +83,11 @@ class TokenReader:
             ids = ids[:length]  # beam 0 of batch item 0; the rest is padding
         if self._drop:
             ids, self._drop = ids[self._drop :], 0
-        return GenerationChunk((b"",), (None,), self._prompt, (len(ids),), None, final, (ids,))
+        entries = None
+        if logprobs is not None:  # the tokens of this response, in order (beam 0)
+            pairs = zip(ids, logprobs[: len(ids)], strict=True) if len(logprobs) >= len(ids) else ()
+            entries = ([{str(i): {"logprob": lp, "rank": None, "decoded_token": None}} for i, lp in pairs],)
+        return GenerationChunk((b"",), (None,), self._prompt, (len(ids),), entries, final, (ids,))
 
 
 class TokensContract:
@@ -118,8 +128,14 @@ class TokensContract:
                 add_declared(infer, interface, name, [value])
         add_flag(infer, interface, "streaming", self.streams(request))
         add_flag(infer, interface, "exclude_input_in_output", True)
-        if request.sampling.get("logprobs") is not None:
-            raise refuse(request, layout, "logprobs", "log-probabilities are not read from this layout yet")
+        top = request.sampling.get("logprobs")
+        if top is not None:
+            if top > 0:
+                raise refuse(
+                    request, layout, "logprobs", "it returns the sampled token's log-probability alone (top 0)"
+                )
+            if not add_flag(infer, interface, "return_log_probs", True):
+                raise refuse(request, layout, "logprobs")
         add_scalars(infer, interface, request, layout, TOKENS_FIELDS, _HANDLED)
         stops = list(tokens.stop_words) + [(i,) for i in request.sampling.get("stop_token_ids") or ()]
         self._add_words(infer, request, "stop_words_list", stops, "stop_token_ids")
@@ -150,3 +166,16 @@ class TokensContract:
 
     def uses_lora_task(self, request: GenerationRequest) -> int | None:
         return task_of(request, self._adapters)
+
+    def stop_message(self, request: GenerationRequest) -> tuple[str, bytes] | None:
+        return None  # a Triton cancel reaches the model itself (polled every cancellation_check_period_ms)
+
+
+def stop_request(model: str, interface: ModelInterface, request_id: str) -> bytes:
+    """TensorRT-LLM's way to stop a running request by its Triton request id: a request with
+    ``stop`` true and that id (its required inputs filled with one token's worth)."""
+    infer = service_pb2.ModelInferRequest(model_name=model, id=request_id)
+    add_declared(infer, interface, "input_lengths", [1])
+    add_declared(infer, interface, "request_output_len", [1])
+    add_declared(infer, interface, "stop", [True])
+    return bytes(infer.SerializeToString())

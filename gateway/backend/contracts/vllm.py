@@ -265,6 +265,9 @@ class VllmContract:
     def uses_lora_task(self, request: GenerationRequest) -> int | None:
         return None
 
+    def stop_message(self, request: GenerationRequest) -> tuple[str, bytes] | None:
+        return None
+
 
 VLLM = VllmContract()
 """The one instance: the contract of every request that names none."""
