@@ -158,6 +158,11 @@ class ModelFiles(BaseModel):
     layout: Literal["vllm", "ensemble", "bls", "tensorrt_llm", "llmapi"] | None = None
     """Which tensor contract the model speaks (docs/DEPLOY.md has the TensorRT-LLM layouts).
     Unset: told by its declared inputs and parameters (``backend/contracts/__init__.py``)."""
+    kv_cache_block_tokens: int | None = Field(default=None, ge=1)
+    """A TensorRT-LLM engine's KV-cache block size (``tokens_per_block``): reused blocks become
+    ``usage.prompt_tokens_details.cached_tokens``. Unset: read from the engine's ``config.json``
+    (``build_config.plugin_config.tokens_per_block``, in the ``tensorrt_llm`` model's
+    ``gpt_model_path``) where the gateway can read it; else no cached tokens are reported."""
     trtllm_route: Literal["auto", "model", "tokens"] = "auto"
     """How a TensorRT-LLM ``ensemble`` or ``bls`` model is driven. ``tokens``: through its
     ``tensorrt_llm`` step, tokenized and detokenized by the gateway with the tokenizer its

@@ -310,14 +310,14 @@ class TritonStream(HandOffStream):
                 # it on another connection.
                 if exc.retryable and not retried:
                     retried = True
-                    self._end(exc)
+                    self._end(exc, retrying=True)
                     logger.info("retrying a generation Triton did not start: %s", exc.details)
                     continue
                 raise self._failed(exc) from exc
             except GatewayError as exc:
                 if task is not None and not weights and LORA_NOT_CACHED in exc.message:
                     # The engine evicted the adapter (its cache holds a few): once more, with it.
-                    self._end(exc)
+                    self._end(exc, retrying=True)
                     backend._lora_sent.discard((request.model, task))
                     weights = True
                     message = contract.encode(request, lora_weights=True)
@@ -353,7 +353,9 @@ class TritonStream(HandOffStream):
                 BackendTimeoutError("the request's deadline passed before the backend finished"),
             )
 
-    def _end(self, error: BaseException | None = None) -> None:
+    def _end(self, error: BaseException | None = None, *, retrying: bool = False) -> None:
+        """``retrying``: the request is sent again under the same id, so the model must not be
+        told to stop it."""
         span = self._span
         if span is not None:
             self._span = None
@@ -370,9 +372,14 @@ class TritonStream(HandOffStream):
             asyncio.get_running_loop().call_later(TRAILERS_GRACE, call.cancel)
         else:
             call.cancel()
-            stop = (self._request.contract or VLLM).stop_message(self._request)
+            # A request that ended in an error is over in the model; one still running is stopped
+            # where cancelling its call does not reach the model (an ensemble's step).
+            stop = None if retrying or self.error is not None else self._stop_message()
             if stop is not None:
                 self._backend.send_stop(*stop)
+
+    def _stop_message(self) -> tuple[str, bytes] | None:
+        return (self._request.contract or VLLM).stop_message(self._request)
 
     async def aclose(self) -> None:
         self._stop()

@@ -127,6 +127,8 @@ class GenerationChunk(NamedTuple):
     token_ids: tuple[tuple[int, ...], ...] | None = None
     """Per sequence, the token ids new in this chunk, from a model that answers tokens (then
     ``text`` is empty and the core detokenizes them, ``core/detokenize.py``)."""
+    cached_tokens: int | None = None
+    """Prompt tokens the engine found in its KV cache (reused blocks), when it says."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,6 +50,8 @@ class Usage:
     completion_tokens: int
     reasoning_tokens: int | None = None
     """Of the completion tokens, the reasoning's; None: the model's output is not split."""
+    cached_tokens: int | None = None
+    """Of the prompt tokens, those the engine reused from its KV cache; None: it did not say."""
 
     @property
     def total_tokens(self) -> int:
@@ -63,6 +65,8 @@ class Usage:
         }
         if self.reasoning_tokens is not None:
             usage["completion_tokens_details"] = {"reasoning_tokens": self.reasoning_tokens}
+        if self.cached_tokens is not None:
+            usage["prompt_tokens_details"] = {"cached_tokens": self.cached_tokens}
         return usage
 
 
@@ -208,6 +212,7 @@ class GenerationAssembler:
         ``count_text``: counts a sequence's tokens from its text, for one that reports no counts."""
         self.choices = [ChoiceAssembler(stops, include_stop) for _ in range(n)]
         self.prompt_tokens = 0
+        self.cached_tokens: int | None = None
         self._max_tokens = max_tokens
         self._detokenizers = detokenizers
         self._count_text = count_text
@@ -225,11 +230,15 @@ class GenerationAssembler:
 
     @property
     def usage(self) -> Usage:
-        return Usage(self.prompt_tokens, sum(c.completion_tokens for c in self.choices))
+        return Usage(
+            self.prompt_tokens, sum(c.completion_tokens for c in self.choices), cached_tokens=self.cached_tokens
+        )
 
     def feed(self, chunk: GenerationChunk) -> list[ChoiceEvent]:
         # One unpacking instead of a NamedTuple property per field: this runs per token.
-        texts, reasons, num_input_tokens, counts, entries, final, token_ids = chunk
+        texts, reasons, num_input_tokens, counts, entries, final, token_ids, cached = chunk
+        if cached is not None:
+            self.cached_tokens = cached
         if token_ids is not None and self._detokenizers is not None:
             texts = tuple(d.feed(ids).encode() for d, ids in zip(self._detokenizers, token_ids, strict=False))
             if entries is not None:
@@ -409,12 +418,22 @@ class RequestAssembler:
         reasoning = None if thinkers is None else sum(t.tokens for t in thinkers)
         if len(assemblers) == 1:
             usage = assemblers[0].usage
-            return usage if reasoning is None else Usage(usage.prompt_tokens, usage.completion_tokens, reasoning)
+            return (
+                usage
+                if reasoning is None
+                else Usage(usage.prompt_tokens, usage.completion_tokens, reasoning, usage.cached_tokens)
+            )
         # Each of a prompt's n generations reports the same prompt: count it once (as vLLM and
         # OpenAI do for n > 1), from whichever generation has reported it so far.
         n = self.n
         prompt = sum(max(a.prompt_tokens for a in assemblers[p : p + n]) for p in range(0, len(assemblers), n))
-        return Usage(prompt, sum(a.choices[0].completion_tokens for a in assemblers), reasoning)
+        cached = [a.cached_tokens for a in assemblers if a.cached_tokens is not None]
+        return Usage(
+            prompt,
+            sum(a.choices[0].completion_tokens for a in assemblers),
+            reasoning,
+            sum(cached) if len(cached) == len(assemblers) else None,
+        )
 
     @property
     def finish_reasons(self) -> list[str | None]:

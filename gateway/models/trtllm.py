@@ -86,6 +86,21 @@ def _tokenizer_ref(interface: ModelInterface) -> str | None:
     return None
 
 
+def engine_block_tokens(interface: ModelInterface) -> int | None:
+    """A ``tensorrt_llm`` model's KV block size, from its engine's ``config.json``
+    (``build_config.plugin_config.tokens_per_block``) where the gateway can read it."""
+    folder = interface.parameters.get("gpt_model_path", "").strip()
+    path = Path(folder) / "config.json"
+    if not folder or folder.startswith("${") or not path.is_file():
+        return None
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+        value = config["build_config"]["plugin_config"]["tokens_per_block"]
+    except (ValueError, KeyError, TypeError, OSError):
+        return None
+    return value if isinstance(value, int) and value > 0 else None
+
+
 def special_ids(directory: Path, tokenizer: Any) -> tuple[int, int] | None:
     """(end id, pad id) as TensorRT-LLM's preprocessing finds them: the eos token's first id,
     the pad token's (the eos token's when there is none)."""
@@ -150,7 +165,13 @@ def describe_layout(
     adapters = {a: LoraAdapter(task, d) for task, (a, d) in enumerate(adapter_dirs, start=1) if d is not None}
     step_name = llm_step_name(layout, interface, models)
     step = models.get(step_name) if step_name else None
-    contract = build_contract(layout, interface, step=step, step_name=step_name, adapters=adapters)
+    engine = interface if layout == "tensorrt_llm" else step
+    block = (override.kv_cache_block_tokens if override is not None else None) or (
+        engine_block_tokens(engine) if engine is not None else None
+    )
+    contract = build_contract(
+        layout, interface, step=step, step_name=step_name, adapters=adapters, kv_block_tokens=block
+    )
     pre, post = _steps(layout, interface, models) if layout in ("ensemble", "bls") else (None, None)
     named = pre or (post if post is not None else interface)
     ref = _tokenizer_ref(named) or (_tokenizer_ref(step) if step is not None else None)
@@ -170,7 +191,7 @@ def describe_layout(
             target_contract = (
                 contract
                 if layout == "tensorrt_llm"
-                else build_contract("tensorrt_llm", tokens_target, adapters=adapters)
+                else build_contract("tensorrt_llm", tokens_target, adapters=adapters, kv_block_tokens=block)
             )
             route = TokenRoute(
                 target,

@@ -50,12 +50,13 @@ def stop_reason(finish_reason: str | None, stop_sequence: str | None, called: bo
 
 
 def message_usage(usage: Usage) -> dict[str, Any]:
-    """Usage as Anthropic names it (no prompt cache to report)."""
-    return {
-        "input_tokens": usage.prompt_tokens,
+    """Usage as Anthropic names it (cache reads where the engine reports reused KV blocks)."""
+    cached = usage.cached_tokens or 0
+    return {  # Anthropic's input_tokens leave out what was read from the cache
+        "input_tokens": usage.prompt_tokens - cached,
         "output_tokens": usage.completion_tokens,
         "cache_creation_input_tokens": 0,
-        "cache_read_input_tokens": 0,
+        "cache_read_input_tokens": cached,
     }
 
 

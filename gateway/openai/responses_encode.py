@@ -46,10 +46,10 @@ gateway's own value: OpenAI's reasons do not cover it)."""
 
 
 def response_usage(usage: Usage) -> dict[str, Any]:
-    """Usage as the Responses API names it (no prompt cache to report)."""
+    """Usage as the Responses API names it (cached tokens where the engine reports them)."""
     return {
         "input_tokens": usage.prompt_tokens,
-        "input_tokens_details": {"cached_tokens": 0},
+        "input_tokens_details": {"cached_tokens": usage.cached_tokens or 0},
         "output_tokens": usage.completion_tokens,
         "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens or 0},
         "total_tokens": usage.total_tokens,

@@ -51,7 +51,9 @@ def _gateway(stack: tuple[TritonServer, Path], log: Path, env: dict[str, str] | 
 def tokens_gateway(
     stack: tuple[TritonServer, Path], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GatewayProcess]:
-    process = _gateway(stack, tmp_path_factory.mktemp("gw-tokens") / "gateway.log")
+    files = {name: {"kv_cache_block_tokens": 4} for name in ("ensemble", "tensorrt_llm")}  # the stand-in's blocks
+    env = {"GATEWAY_MODEL_FILES": json.dumps(files)}
+    process = _gateway(stack, tmp_path_factory.mktemp("gw-tokens") / "gateway.log", env)
     yield process
     stop_gateway(process)
 
@@ -60,7 +62,8 @@ def tokens_gateway(
 def text_gateway(
     stack: tuple[TritonServer, Path], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GatewayProcess]:
-    files = {name: {"trtllm_route": "model"} for name in TEXT_ROUTE}
+    files: dict[str, dict[str, Any]] = {name: {"trtllm_route": "model"} for name in TEXT_ROUTE}
+    files["ensemble"]["kv_cache_block_tokens"] = 4
     env = {"GATEWAY_MODEL_FILES": json.dumps(files)}
     process = _gateway(stack, tmp_path_factory.mktemp("gw-text") / "gateway.log", env)
     yield process
@@ -459,3 +462,19 @@ def test_the_sampled_tokens_logprobs_come_from_the_token_route_and_alternatives_
                 model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=2, logprobs=True, top_logprobs=2
             )
     assert info.value.body["param"] == "logprobs"  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("gateway_kind", "model"), [("tokens", "ensemble"), ("tokens", "tensorrt_llm"), ("text", "ensemble")]
+)
+def test_reused_kv_blocks_are_reported_as_cached_prompt_tokens(
+    tokens_gateway: GatewayProcess, text_gateway: GatewayProcess, gateway_kind: str, model: str
+) -> None:
+    gateway = tokens_gateway if gateway_kind == "tokens" else text_gateway
+    prompt = f"{model} on {gateway_kind}: a prompt only this test sends, long enough for a few blocks"
+    with _sdk(gateway) as sdk:
+        first = sdk.completions.create(model=model, prompt=prompt, max_tokens=2, extra_body={"top_k": 1}).usage
+        again = sdk.completions.create(model=model, prompt=prompt, max_tokens=2, extra_body={"top_k": 1}).usage
+    assert first.prompt_tokens_details.cached_tokens == 0
+    cached = again.prompt_tokens_details.cached_tokens
+    assert 0 < cached <= again.prompt_tokens and cached % 4 == 0

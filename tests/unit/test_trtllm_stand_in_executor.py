@@ -17,7 +17,7 @@ from tests.trtllm_stand_ins.engine import StandInEngine
 from tests.trtllm_stand_ins.executor import Executor, ExecutorSettings
 from tests.trtllm_stand_ins.guides import GuideCompiler
 from tests.trtllm_stand_ins.reference import TINY_LLM_WEIGHTS
-from tests.trtllm_stand_ins.requests import parse_request
+from tests.trtllm_stand_ins.request_tensors import parse_request
 from tests.trtllm_stand_ins.tokenizer import HfTokenizer
 
 PROMPT = [1, 50, 300, 999, 12, 7, 700, 5, 9]

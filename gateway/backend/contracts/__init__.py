@@ -74,12 +74,15 @@ def build_contract(
     step: ModelInterface | None = None,
     step_name: str | None = None,
     adapters: Mapping[str, LoraAdapter] | None = None,
+    kv_block_tokens: int | None = None,
 ) -> Contract:
     """The contract of a model of ``layout``; ``step``: the ``tensorrt_llm`` model an ensemble
     or BLS runs (its ``exclude_input_in_output`` parameter says whether a whole answer echoes)."""
     if layout == "tensorrt_llm":
         echoes = not is_true(interface.parameters.get("exclude_input_in_output"))
-        return TokensContract(interface, echoes=echoes, adapters=adapters, guided=guides(interface))
+        return TokensContract(
+            interface, echoes=echoes, adapters=adapters, guided=guides(interface), kv_block_tokens=kv_block_tokens
+        )
     if layout == "llmapi":
         return LlmApiContract(interface)
     if layout in ("ensemble", "bls"):
@@ -96,6 +99,7 @@ def build_contract(
             adapters=adapters,
             guided=guided,
             stop_step=stop_step,
+            kv_block_tokens=kv_block_tokens,
         )
     return VLLM
 

@@ -65,9 +65,17 @@ class TextReader:
     """One call's responses → chunks: the first sequence's text (delta, or cumulative turned
     into deltas), its counts, and a finish reason where the layout has one."""
 
-    __slots__ = ("_cumulative", "_strip", "_subtract", "_sent", "_whole", "_finish")
+    __slots__ = ("_cumulative", "_strip", "_subtract", "_sent", "_whole", "_finish", "_block")
 
-    def __init__(self, *, cumulative: bool, strip: bytes | None, subtract_prompt: bool, finish: Any = None) -> None:
+    def __init__(
+        self,
+        *,
+        cumulative: bool,
+        strip: bytes | None,
+        subtract_prompt: bool,
+        finish: Any = None,
+        block: int | None = None,
+    ) -> None:
         self._cumulative = cumulative
         self._strip = strip
         """The prompt, cut off the front of the first text (an echo the model could not be
@@ -78,14 +86,19 @@ class TextReader:
         """The last whole text a cumulative layout sent (its empty final response repeats it)."""
         self._finish = finish
         """Reads a ``finish_reason`` output's raw bytes (the LLM-API model), else None."""
+        self._block = block
+        """Tokens per KV block: ``kv_cache_reused_blocks`` × this are cached prompt tokens."""
 
     def __call__(self, outputs: Outputs, raws: Sequence[bytes], final: bool) -> GenerationChunk:
         text = b""
         num_in: int | None = None
         num_out: int | None = None
         reason: str | None = None
+        cached: int | None = None
         for (name, datatype), raw in zip(outputs, raws, strict=False):
-            if name == "text_output":
+            if name == "kv_cache_reused_blocks" and self._block is not None:
+                cached = read_count(raw, datatype) * self._block
+            elif name == "text_output":
                 texts = split_bytes(raw)
                 text = texts[0] if texts else b""
             elif name == "num_input_tokens":
@@ -103,7 +116,9 @@ class TextReader:
         if num_out is not None and self._subtract and num_in is not None:
             num_out = max(0, num_out - num_in)
         counts = None if num_out is None else (num_out,)
-        return GenerationChunk((text,), (reason,), num_in, counts, None, final)
+        if cached is not None and num_in is not None:
+            cached = min(cached, num_in)
+        return GenerationChunk((text,), (reason,), num_in, counts, None, final, None, cached)
 
     def _delta(self, whole: bytes, ending: bool) -> bytes:
         sent = self._sent
@@ -138,19 +153,22 @@ class TextContract:
         adapters: Mapping[str, LoraAdapter] | None = None,
         guided: bool = True,
         stop_step: tuple[str, ModelInterface] | None = None,
+        kv_block_tokens: int | None = None,
     ) -> None:
         """``cumulative``: streamed text is the whole text so far (BLS ``accumulate_tokens``);
         ``echoes``: a whole answer starts with the prompt unless told otherwise (the LLM step's
         ``exclude_input_in_output`` parameter is not true); ``guided``: its engine enforces
         guided decoding; ``stop_step``: the ``tensorrt_llm`` step (name, interface) that a
         ``stop`` request ends a streamed request on, because a Triton cancel of an ensemble does
-        not reach its steps (Triton 2.51: the step goes on to ``max_tokens``)."""
+        not reach its steps (Triton 2.51: the step goes on to ``max_tokens``);
+        ``kv_block_tokens``: the engine's KV block size, to report reused blocks as cached tokens."""
         self.layout = layout
         self.interface = interface
         self._cumulative = cumulative
         self._echoes = echoes and "exclude_input_in_output" not in interface.inputs
         self._adapters = dict(adapters or {})
         self.guided = guided
+        self._block = kv_block_tokens if "return_perf_metrics" in interface.inputs else None
         self._stop_step = stop_step if stop_step is not None and "stop" in stop_step[1].inputs else None
         self.reports_prompt_tokens = "return_num_input_tokens" in interface.inputs
         self.reports_completion_tokens = "return_num_output_tokens" in interface.inputs
@@ -175,6 +193,8 @@ class TextContract:
         for flag in ("exclude_input_in_output", "return_num_input_tokens", "return_num_output_tokens"):
             if add_flag(infer, interface, flag, True):
                 sent.add(flag)
+        if self._block is not None and add_flag(infer, interface, "return_perf_metrics", True):
+            sent.add("return_perf_metrics")
         if request.sampling.get("logprobs") is not None:
             raise refuse(request, layout, "logprobs", "its text output carries no tokens to give log-probabilities of")
         add_scalars(infer, interface, request, layout, ENSEMBLE_FIELDS, _HANDLED)
@@ -218,6 +238,7 @@ class TextContract:
             cumulative=self._cumulative and streaming,
             strip=request.prompt.encode("utf-8") if echoed else None,
             subtract_prompt=echoed,
+            block=self._block,
         )
 
     def plan(self, outputs: Outputs) -> ReadRaws | None:

@@ -57,10 +57,11 @@ class TokenReader:
     Logprob entries are vLLM's shape without the token's text, which the core's detokenizer
     fills in."""
 
-    __slots__ = ("_prompt", "_drop")
+    __slots__ = ("_prompt", "_drop", "_block")
 
-    def __init__(self, prompt: int, drop: int) -> None:
+    def __init__(self, prompt: int, drop: int, block: int | None = None) -> None:
         self._prompt = prompt
+        self._block = block
         self._drop = drop
         """Ids to drop from the front of the first response: an echoed prompt."""
 
@@ -68,8 +69,11 @@ class TokenReader:
         ids: tuple[int, ...] | None = None
         length: int | None = None
         logprobs: tuple[float, ...] | None = None
+        cached: int | None = None
         for (name, datatype), raw in zip(outputs, raws, strict=False):
-            if name == "output_log_probs" and datatype == "FP32":
+            if name == "kv_cache_reused_blocks" and self._block is not None and datatype == "INT32" and raw:
+                cached = min(struct.unpack("<i", raw[:4])[0] * self._block, self._prompt)
+            elif name == "output_log_probs" and datatype == "FP32":
                 logprobs = struct.unpack(f"<{len(raw) // 4}f", raw)
             elif name == "output_ids":
                 if datatype != "INT32":
@@ -78,7 +82,7 @@ class TokenReader:
             elif name == "sequence_length":
                 length = struct.unpack("<i", raw[:4])[0] if len(raw) >= 4 else 0
         if ids is None:  # an empty final response
-            return GenerationChunk((b"",), (None,), self._prompt, None, None, final, ((),))
+            return GenerationChunk((b"",), (None,), self._prompt, None, None, final, ((),), cached)
         if length is not None:
             ids = ids[:length]  # beam 0 of batch item 0; the rest is padding
         if self._drop:
@@ -87,7 +91,7 @@ class TokenReader:
         if logprobs is not None:  # the tokens of this response, in order (beam 0)
             pairs = zip(ids, logprobs[: len(ids)], strict=True) if len(logprobs) >= len(ids) else ()
             entries = ([{str(i): {"logprob": lp, "rank": None, "decoded_token": None}} for i, lp in pairs],)
-        return GenerationChunk((b"",), (None,), self._prompt, (len(ids),), entries, final, (ids,))
+        return GenerationChunk((b"",), (None,), self._prompt, (len(ids),), entries, final, (ids,), cached)
 
 
 class TokensContract:
@@ -104,6 +108,7 @@ class TokensContract:
         echoes: bool,
         adapters: Mapping[str, LoraAdapter] | None = None,
         guided: bool = True,
+        kv_block_tokens: int | None = None,
     ) -> None:
         """``echoes``: a whole answer starts with the prompt's ids unless told otherwise (the
         model's ``exclude_input_in_output`` parameter is not true)."""
@@ -111,6 +116,8 @@ class TokensContract:
         self._echoes = echoes and "exclude_input_in_output" not in interface.inputs
         self._adapters = dict(adapters or {})
         self.guided = guided
+        self._block = kv_block_tokens if "return_perf_metrics" in interface.inputs else None
+        """Tokens per KV block, for cached tokens (``TextContract``'s)."""
 
     def streams(self, request: GenerationRequest) -> bool:
         return request.stream and self.interface.decoupled and "streaming" in self.interface.inputs
@@ -128,6 +135,8 @@ class TokensContract:
                 add_declared(infer, interface, name, [value])
         add_flag(infer, interface, "streaming", self.streams(request))
         add_flag(infer, interface, "exclude_input_in_output", True)
+        if self._block is not None:
+            add_flag(infer, interface, "return_perf_metrics", True)
         top = request.sampling.get("logprobs")
         if top is not None:
             if top > 0:
@@ -159,7 +168,7 @@ class TokensContract:
     def parser(self, request: GenerationRequest) -> TokenReader:
         tokens = request.tokens
         prompt = len(tokens.ids) if tokens is not None else 0
-        return TokenReader(prompt, prompt if self._echoes and not self.streams(request) else 0)
+        return TokenReader(prompt, prompt if self._echoes and not self.streams(request) else 0, self._block)
 
     def plan(self, outputs: Outputs) -> ReadRaws | None:
         return None

@@ -1,4 +1,4 @@
-"""A tensorrt_llm request's tensors → what to generate (tests/trtllm_stand_ins/requests.py)."""
+"""A tensorrt_llm request's tensors → what to generate (tests/trtllm_stand_ins/request_tensors.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tests.trtllm_stand_ins.errors import BATCH_NOT_DECOUPLED, STREAMING_NOT_DECOUPLED, ConversionError
-from tests.trtllm_stand_ins.requests import Guide, cancel_target, parse_request
+from tests.trtllm_stand_ins.request_tensors import Guide, cancel_target, parse_request
 
 
 def request(**extra: Any) -> dict[str, np.ndarray]:
