@@ -257,6 +257,7 @@ class ModelCatalog:
         )
         if tokenizer_dir is None:
             tokenizer_dir = served.tokenizer_dir
+        max_model_len = max_model_len or served.max_model_len
         template = self._template(tokenizer_dir, template_file) if tokenizer_dir or template_file else None
         tool_parser = self._tool_parser(model.name, override, template)
         reasoning_parser = self._reasoning_parser(model.name, override, template)

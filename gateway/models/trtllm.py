@@ -69,6 +69,8 @@ class ServedLayout:
     text_exact: bool = True
     """Whether streamed text is exact: false for an ensemble or BLS driven through its own
     per-response decoding."""
+    max_model_len: int | None = None
+    """The engine's ``max_seq_len`` (its ``build_config``), where the gateway can read it."""
 
 
 def _flag(parameters: Mapping[str, str], name: str, default: bool) -> bool:
@@ -86,19 +88,28 @@ def _tokenizer_ref(interface: ModelInterface) -> str | None:
     return None
 
 
-def engine_block_tokens(interface: ModelInterface) -> int | None:
-    """A ``tensorrt_llm`` model's KV block size, from its engine's ``config.json``
-    (``build_config.plugin_config.tokens_per_block``) where the gateway can read it."""
+def engine_build(interface: ModelInterface) -> Mapping[str, Any]:
+    """The ``build_config`` of a ``tensorrt_llm`` model's engine (``config.json`` in its
+    ``gpt_model_path``), where the gateway can read it; empty otherwise."""
     folder = interface.parameters.get("gpt_model_path", "").strip()
     path = Path(folder) / "config.json"
     if not folder or folder.startswith("${") or not path.is_file():
-        return None
+        return {}
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-        value = config["build_config"]["plugin_config"]["tokens_per_block"]
-    except (ValueError, KeyError, TypeError, OSError):
-        return None
-    return value if isinstance(value, int) and value > 0 else None
+        build = json.loads(path.read_text(encoding="utf-8")).get("build_config")
+    except (ValueError, OSError, AttributeError):
+        return {}
+    return build if isinstance(build, dict) else {}
+
+
+def _positive(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def engine_block_tokens(build: Mapping[str, Any]) -> int | None:
+    """The engine's KV block size (``plugin_config.tokens_per_block``)."""
+    plugin = build.get("plugin_config")
+    return _positive(plugin.get("tokens_per_block")) if isinstance(plugin, dict) else None
 
 
 def special_ids(directory: Path, tokenizer: Any) -> tuple[int, int] | None:
@@ -166,9 +177,8 @@ def describe_layout(
     step_name = llm_step_name(layout, interface, models)
     step = models.get(step_name) if step_name else None
     engine = interface if layout == "tensorrt_llm" else step
-    block = (override.kv_cache_block_tokens if override is not None else None) or (
-        engine_block_tokens(engine) if engine is not None else None
-    )
+    build = engine_build(engine) if engine is not None else {}
+    block = (override.kv_cache_block_tokens if override is not None else None) or engine_block_tokens(build)
     contract = build_contract(
         layout, interface, step=step, step_name=step_name, adapters=adapters, kv_block_tokens=block
     )
@@ -210,4 +220,4 @@ def describe_layout(
         or layout == "llmapi"
         or (layout == "bls" and _flag(interface.parameters, "accumulate_tokens", False))
     )
-    return ServedLayout(layout, contract, route, tokenizer_dir, exact)
+    return ServedLayout(layout, contract, route, tokenizer_dir, exact, _positive(build.get("max_seq_len")))

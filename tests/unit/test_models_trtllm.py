@@ -185,3 +185,18 @@ def test_adapters_get_task_ids_in_multi_lora_order(tmp_path: Path) -> None:
         assert contract.uses_lora_task(_lora("zeta")) == 1
         assert contract.uses_lora_task(_lora("alpha")) == 3, "numbered as Triton's frontend numbers the file"
         assert contract.uses_lora_task(_lora("lost")) is None, "no folder here: no weights to send"
+
+
+def test_the_engines_config_gives_the_context_length_and_the_kv_block_size(tmp_path: Path) -> None:
+    from gateway.backend.types import ModelInterface
+    from gateway.models.trtllm import engine_block_tokens, engine_build
+
+    (tmp_path / "config.json").write_text(
+        json.dumps({"build_config": {"max_seq_len": 8192, "plugin_config": {"tokens_per_block": 32}}})
+    )
+    build = engine_build(ModelInterface(parameters={"gpt_model_path": str(tmp_path)}))
+    assert build["max_seq_len"] == 8192 and engine_block_tokens(build) == 32
+    assert engine_build(ModelInterface(parameters={"gpt_model_path": "${engine_dir}"})) == {}
+    assert engine_build(ModelInterface(parameters={"gpt_model_path": str(tmp_path / "missing")})) == {}
+    (tmp_path / "config.json").write_text("{not json")
+    assert engine_block_tokens(engine_build(ModelInterface(parameters={"gpt_model_path": str(tmp_path)}))) is None
