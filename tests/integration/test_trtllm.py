@@ -478,3 +478,15 @@ def test_reused_kv_blocks_are_reported_as_cached_prompt_tokens(
     assert first.prompt_tokens_details.cached_tokens == 0
     cached = again.prompt_tokens_details.cached_tokens
     assert 0 < cached <= again.prompt_tokens and cached % 4 == 0
+
+
+@pytest.mark.parametrize(("gateway_kind", "model"), [("tokens", "ensemble"), ("text", "ensemble")])
+def test_bad_words_keep_a_word_of_the_greedy_answer_out(
+    tokens_gateway: GatewayProcess, text_gateway: GatewayProcess, gateway_kind: str, model: str
+) -> None:
+    gateway = tokens_gateway if gateway_kind == "tokens" else text_gateway
+    with _sdk(gateway) as sdk:
+        plain = _complete(sdk, model, False, max_tokens=12)[0]
+        word = max((w for w in plain.split() if w.isalpha()), key=len)
+        banned = _complete(sdk, model, False, max_tokens=12, extra_body={"bad_words": [word]})[0]
+    assert word in plain and word not in banned
