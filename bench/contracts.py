@@ -52,9 +52,9 @@ def _streams(tokenizer: Any) -> dict[str, tuple[Any, list[bytes], list[int]]]:
     def spec(name: str, datatype: str, dims: tuple[int, ...] = (1,)) -> TensorSpec:
         return TensorSpec(name, datatype, dims, True)
 
-    text_inputs = {
-        n: spec(n, t) for n, t in (("text_input", "BYTES"), ("max_tokens", "INT32"), ("stream", "BOOL"))
-    } | {n: spec(n, "BOOL") for n in ("return_num_input_tokens", "return_num_output_tokens", "exclude_input_in_output")}
+    text_inputs = {n: spec(n, t) for n, t in (("text_input", "BYTES"), ("max_tokens", "INT32"), ("stream", "BOOL"))} | {
+        n: spec(n, "BOOL") for n in ("return_num_input_tokens", "return_num_output_tokens", "exclude_input_in_output")
+    }
     ensemble = ModelInterface(text_inputs, {}, True, 8, "ensemble")
     bls_acc = ModelInterface(text_inputs, {}, True, 8, "python", {"accumulate_tokens": "true"})
     tokens_interface = ModelInterface(
@@ -126,7 +126,11 @@ def _streams(tokenizer: Any) -> dict[str, tuple[Any, list[bytes], list[int]]]:
         "vllm": (VLLM, vllm, prompt),
         "ensemble (delta text)": (build_contract("ensemble", ensemble), text_stream(deltas), prompt),
         "bls, accumulate_tokens (cumulative text)": (build_contract("bls", bls_acc), text_stream(pieces), prompt),
-        "tensorrt_llm (token ids, detokenized)": (build_contract("tensorrt_llm", tokens_interface), token_stream, prompt),
+        "tensorrt_llm (token ids, detokenized)": (
+            build_contract("tensorrt_llm", tokens_interface),
+            token_stream,
+            prompt,
+        ),
         "llmapi (cumulative text, finish reason)": (build_contract("llmapi", llmapi), llmapi_stream, prompt),
     }
 
