@@ -1,6 +1,7 @@
 """The TensorRT-LLM stand-in stack (``tests/triton_models_trtllm``) on a real tritonserver.
 
-``fill_repository`` copies the repository and fills its ``${...}`` placeholders with absolute
+``fill_repository`` copies the repository, gives each Python-backend stand-in its ``model.py``
+(``tests/trtllm_stand_ins/entry.py``), and fills its ``${...}`` placeholders with absolute
 paths (the configs cannot hold paths relative to the checkout: Triton hands parameters to the
 models verbatim), and writes ``multi_lora.json`` into the version directories where Triton's OpenAI
 frontend looks for TensorRT-LLM adapters (name → directory of ``model.lora_weights.npy`` and
@@ -27,6 +28,8 @@ REPOSITORY = ROOT / "tests" / "triton_models_trtllm"
 ASSETS = ROOT / "tests" / "trtllm_stand_ins" / "assets"
 TOKENIZER_DIR = ASSETS / "tiny-sp"
 LORA_DIR = ASSETS / "lora"
+ENTRY = ROOT / "tests" / "trtllm_stand_ins" / "entry.py"
+"""Every Python-backend stand-in's ``model.py`` (its ``stand_in_entry`` parameter picks the class)."""
 ENGINE_DIR = ROOT / "triton_models" / "weights" / "tiny-llm"
 LORA_ADAPTERS = {"alpha": LORA_DIR / "alpha", "beta": LORA_DIR / "beta"}
 """multi_lora.json's entries, in order: Triton's OpenAI frontend numbers task ids 1, 2, ... this way."""
@@ -68,7 +71,11 @@ def fill_repository(dest: Path) -> Path:
     """Copy the stand-in repository to ``dest`` (created) with its placeholders filled; return it."""
     shutil.copytree(REPOSITORY, dest, ignore=shutil.ignore_patterns("__pycache__", "README.md"))
     for config in dest.glob("*/config.pbtxt"):
-        config.write_text(fill_template(config.read_text(encoding="utf-8")), encoding="utf-8")
+        text = config.read_text(encoding="utf-8")
+        config.write_text(fill_template(text), encoding="utf-8")
+        if '"stand_in_entry"' in text:  # a Python-backend stand-in: the one entry file is its model.py
+            (config.parent / "1").mkdir(exist_ok=True)
+            shutil.copyfile(ENTRY, config.parent / "1" / "model.py")
     adapters = {name: str(path) for name, path in LORA_ADAPTERS.items()}
     for model in MULTI_LORA_MODELS:
         (dest / model / "1" / "multi_lora.json").write_text(json.dumps(adapters, indent=2) + "\n", encoding="utf-8")
