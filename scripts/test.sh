@@ -162,7 +162,7 @@ for arg in "$@"; do
     esac
 done
 # What the transport carries: streaming, cancellation, errors mid-stream, backpressure, proxies
-# (GOAWAY), TLS, both backend contracts, the embedded Triton, and the trace context each transport
+# (GOAWAY), TLS, every backend contract, the embedded Triton, and the trace context each transport
 # sends to Triton as gRPC metadata (test_tracing). Not the files that never reach the
 # transport: the HTTP edge's (auth, CORS, limits, metrics: test_edge) or the model's own over raw
 # gRPC (test_reference_model).

@@ -1,5 +1,5 @@
 """Triton's wire encoding of tensors in ``ModelInferRequest``/``ModelInferResponse`` raw contents,
-shared by both backend contracts (vLLM backend and TensorRT-LLM ensemble)."""
+shared by every backend contract (the vLLM backend's, each TensorRT-LLM layout's)."""
 
 from __future__ import annotations
 
