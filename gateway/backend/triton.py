@@ -11,8 +11,12 @@ generation's stream (``TritonStream.aclose``) does, so leaving early always does
 final response came is left to end with Triton's trailers, and reset only if they do not come
 within ``TRAILERS_GRACE``.
 
-Speaks the vLLM-backend tensor contract (``contracts/vllm.py``), and the TensorRT-LLM ensemble's
-(``contracts/trtllm.py``) for models that declare its inputs; knows nothing of OpenAI.
+Speaks whichever contract a request carries (``contracts/``: the vLLM backend's, or one of the
+TensorRT-LLM layouts', chosen from the model's declared interface, which ``list_models`` reads),
+and does the two things a TensorRT-LLM call needs beyond its tensors: a LoRA adapter's weights
+sent once per Triton and again when the engine lost them, and a ``stop`` request for a stream
+left early where cancelling the call does not reach the model (an ensemble's step). Knows nothing
+of OpenAI.
 """
 
 from __future__ import annotations
