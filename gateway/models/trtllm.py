@@ -38,6 +38,17 @@ from gateway.models.files import ModelFileSources, resolve_tokenizer
 
 logger = logging.getLogger(__name__)
 
+_warned: set[str] = set()
+
+
+def _warn_once(message: str, *args: Any) -> None:
+    """A warning said once per process: the catalog describes every model at each refresh."""
+    text = message % args
+    if text not in _warned:
+        _warned.add(text)
+        logger.warning("%s", text)
+
+
 _TOKENIZER_PARAMETERS = ("tokenizer_dir", "tokenizer", "hf_model_dir", "model")
 """Where TensorRT-LLM models name their tokenizer: preprocessing, postprocessing and
 ``tensorrt_llm`` (guided decoding) say ``tokenizer_dir``; the LLM-API model its ``model``."""
@@ -187,7 +198,7 @@ def describe_layout(
     ref = _tokenizer_ref(named) or (_tokenizer_ref(step) if step is not None else None)
     tokenizer_dir = resolve_tokenizer(ref, None, sources) if ref else None
     if ref and tokenizer_dir is None:
-        logger.warning("model %s: its config names the tokenizer %r, which the gateway cannot read", name, ref)
+        _warn_once("model %s: its config names the tokenizer %r, which the gateway cannot read", name, ref)
     route_setting = override.trtllm_route if override is not None else "auto"
     if override is not None and override.tokenizer:
         tokenizer_dir = resolve_tokenizer(override.tokenizer, None, ModelFileSources(Path.cwd(), sources.hub_cache))
@@ -211,9 +222,9 @@ def describe_layout(
                 *ids,
             )
     if layout == "tensorrt_llm" and route is None:
-        logger.warning("model %s (tensorrt_llm) takes token ids, and the gateway has no tokenizer for it", name)
+        _warn_once("model %s (tensorrt_llm) takes token ids, and the gateway has no tokenizer for it", name)
     if route_setting == "tokens" and route is None:
-        logger.warning("model %s: trtllm_route is 'tokens', but its tensorrt_llm step or tokenizer is not here", name)
+        _warn_once("model %s: trtllm_route is 'tokens', but its tensorrt_llm step or tokenizer is not here", name)
     exact = (
         route is not None
         or not interface.decoupled
