@@ -205,21 +205,11 @@ class GenerationAssembler:
         stops: Sequence[str] = (),
         include_stop: bool = False,
         max_tokens: int | None = None,
-        detokenizers: Sequence[IncrementalDetokenizer] | None = None,
-        count_text: Callable[[str], int] | None = None,
     ) -> None:
-        """``detokenizers``: one per sequence, for a backend that answers token ids;
-        ``count_text``: counts a sequence's tokens from its text, for one that reports no counts."""
         self.choices = [ChoiceAssembler(stops, include_stop) for _ in range(n)]
         self.prompt_tokens = 0
         self.cached_tokens: int | None = None
         self._max_tokens = max_tokens
-        self._detokenizers = detokenizers
-        self._count_text = count_text
-        self._generated: list[list[bytes]] | None = [[] for _ in range(n)] if count_text is not None else None
-        """Each sequence's raw text, for ``count_text``."""
-        self._reported = [False] * n
-        """Whether the backend counted a sequence's tokens (then ``count_text`` is not used)."""
 
     @property
     def done(self) -> bool:
@@ -236,13 +226,9 @@ class GenerationAssembler:
 
     def feed(self, chunk: GenerationChunk) -> list[ChoiceEvent]:
         # One unpacking instead of a NamedTuple property per field: this runs per token.
-        texts, reasons, num_input_tokens, counts, entries, final, token_ids, cached = chunk
+        texts, reasons, num_input_tokens, counts, entries, final, _, cached = chunk
         if cached is not None:
             self.cached_tokens = cached
-        if token_ids is not None and self._detokenizers is not None:
-            texts = tuple(d.feed(ids).encode() for d, ids in zip(self._detokenizers, token_ids, strict=False))
-            if entries is not None:
-                entries = tuple(d.name_tokens(e) for d, e in zip(self._detokenizers, entries, strict=False))
         if num_input_tokens is not None:
             self.prompt_tokens = num_input_tokens
         choices = self.choices
@@ -262,15 +248,10 @@ class GenerationAssembler:
                 continue
             if counts is not None:
                 choice.completion_tokens += counts[index]
-                self._reported[index] = True
             reason = reasons[index]
             if reason == "abort":
                 raise BackendError("the backend aborted the request")
-            if self._generated is not None:
-                self._generated[index].append(data)
             text = choice.feed(data, reason)
-            if self._generated is not None and choice.done:
-                self._count(index)
             logprobs = entries[index] if entries is not None else None
             finish_reason = choice.finish_reason
             if text or finish_reason is not None or logprobs:
@@ -285,25 +266,78 @@ class GenerationAssembler:
         for index, choice in enumerate(self.choices):
             if choice.done:
                 continue
-            text = ""
-            if self._detokenizers is not None:  # what the last ids left undecided
-                rest = self._detokenizers[index].finish().encode()
-                if self._generated is not None:
-                    self._generated[index].append(rest)
-                text = choice.feed(rest, None) if rest else ""
-            if self._generated is not None:
-                self._count(index)
-            if not choice.done:
-                capped = self._max_tokens is not None and choice.completion_tokens >= self._max_tokens
-                text += choice.finish("length" if capped else "stop")
+            capped = self._max_tokens is not None and choice.completion_tokens >= self._max_tokens
+            text = choice.finish("length" if capped else "stop")
             events.append(ChoiceEvent(index, text, choice.finish_reason, None))
         return events
 
+
+class TokenCountingAssembler(GenerationAssembler):
+    """A ``GenerationAssembler`` for what some TensorRT-LLM layouts answer, kept apart so that a
+    plain stream's per-token path does none of it: token ids, detokenized here (one
+    ``IncrementalDetokenizer`` per sequence, which also names logprob entries' tokens), and/or no
+    token counts, so a sequence's tokens are counted from its text once it ends (``count_text``)."""
+
+    def __init__(
+        self,
+        n: int,
+        *,
+        stops: Sequence[str] = (),
+        include_stop: bool = False,
+        max_tokens: int | None = None,
+        detokenizers: Sequence[IncrementalDetokenizer] | None = None,
+        count_text: Callable[[str], int] | None = None,
+    ) -> None:
+        super().__init__(n, stops=stops, include_stop=include_stop, max_tokens=max_tokens)
+        self._detokenizers = detokenizers
+        self._count_text = count_text
+        self._generated: list[list[bytes]] = [[] for _ in range(n)]
+        """Each sequence's text so far, for ``count_text``."""
+        self._counted = [False] * n
+        """Whether a sequence's tokens are counted: by the backend, or once from its text."""
+
+    def feed(self, chunk: GenerationChunk) -> list[ChoiceEvent]:
+        detokenizers = self._detokenizers
+        if chunk.token_ids is not None and detokenizers is not None:
+            texts = tuple(d.feed(ids).encode() for d, ids in zip(detokenizers, chunk.token_ids, strict=False))
+            entries = chunk.logprobs
+            if entries is not None:
+                entries = tuple(d.name_tokens(e) for d, e in zip(detokenizers, entries, strict=False))
+            chunk = chunk._replace(text=texts, logprobs=entries)
+        if self._count_text is not None:
+            counts = chunk.num_output_tokens
+            for index, data in enumerate(chunk.text[: len(self.choices)]):
+                if counts is not None and index < len(counts):
+                    self._counted[index] = True  # the backend's counts stand
+                elif not self.choices[index].done:
+                    self._generated[index].append(data)
+        events = super().feed(chunk)
+        for index, choice in enumerate(self.choices):
+            if choice.done:
+                self._count(index)
+        return events
+
+    def close(self) -> list[ChoiceEvent]:
+        events = []
+        for index, choice in enumerate(self.choices):
+            if choice.done:
+                continue
+            if self._detokenizers is not None:  # what the last ids left undecided
+                rest = self._detokenizers[index].finish().encode()
+                self._generated[index].append(rest)
+                text = choice.feed(rest, None) if rest else ""
+                if text or choice.done:
+                    events.append(ChoiceEvent(index, text, choice.finish_reason, None))
+            self._count(index)
+        events.extend(super().close())
+        return coalesce(events)
+
     def _count(self, index: int) -> None:
-        """A sequence whose backend counted none of its tokens: counted once, from all its text."""
-        assert self._generated is not None and self._count_text is not None
+        if self._count_text is None or self._counted[index]:
+            return
+        self._counted[index] = True
         parts = self._generated[index]
-        if parts and not self._reported[index]:
+        if parts:
             self.choices[index].completion_tokens = self._count_text(b"".join(parts).decode("utf-8", "replace"))
             parts.clear()
 
@@ -371,8 +405,10 @@ class RequestAssembler:
         self.chat = chat
         self.top = top_logprobs
         self.token_ids = token_ids
-        self.assemblers = [
-            GenerationAssembler(
+        self.assemblers: list[GenerationAssembler] = [
+            GenerationAssembler(1, stops=stops, include_stop=include_stop, max_tokens=m)
+            if detokenize is None and count_text is None
+            else TokenCountingAssembler(
                 1,
                 stops=stops,
                 include_stop=include_stop,
