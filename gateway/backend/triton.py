@@ -34,7 +34,6 @@ from gateway.backend.contracts.interface import read_interface
 from gateway.backend.contracts.vllm import (
     VLLM,
     build_embedding_request,
-    infer_request_bytes,
     parse_vllm_outputs,
     read_embedding,
     vllm_outputs_plan,
@@ -61,7 +60,8 @@ logger = logging.getLogger(__name__)
 
 
 def vllm_reader() -> StreamReader:
-    """A reader for one call's messages under the vLLM-backend contract."""
+    """A reader for one call's messages under the vLLM-backend contract (``contract_reader`` of
+    ``VLLM``, for calls that carry no ``GenerationRequest``: embeddings)."""
     return StreamReader(parse_vllm_outputs, classify_stream_error, vllm_outputs_plan)
 
 
@@ -291,13 +291,11 @@ class TritonStream(HandOffStream):
         contract: Contract = request.contract or VLLM
         task = contract.uses_lora_task(request)
         weights = task is not None and (request.model, task) not in backend._lora_sent
-        message = (
-            contract.encode(request, lora_weights=weights) if contract is not VLLM else infer_request_bytes(request)
-        )
+        message = contract.encode(request, lora_weights=weights)
         retried = False
         trace = current_trace.get()
         while True:
-            reader = vllm_reader() if contract is VLLM else contract_reader(contract, request)
+            reader = contract_reader(contract, request)
             metadata: Metadata = ()
             if trace is not None:
                 span = self._span = trace.call(backend.url, request.model)

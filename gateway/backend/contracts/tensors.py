@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gateway.backend.types import GenerationChunk
+from gateway.errors import BackendError
 
 _UINT32 = struct.Struct("<I")
 _unpack_uint32 = _UINT32.unpack_from
@@ -51,3 +52,19 @@ def split_bytes(raw: bytes) -> tuple[bytes, ...]:
         out.append(raw[offset : offset + length])
         offset += length
     return tuple(out)
+
+
+_NUMBER_FORMATS = {"UINT32": ("I", 4), "INT32": ("i", 4), "UINT64": ("Q", 8), "INT64": ("q", 8), "FP32": ("f", 4)}
+ONE_NUMBER = {datatype: (struct.Struct("<" + code).unpack, size) for datatype, (code, size) in _NUMBER_FORMATS.items()}
+"""A datatype's unpacker of one number, and its size: the usual one-element output's shortcut."""
+
+
+def unpack_numbers(raw: bytes, datatype: str) -> tuple[int, ...] | tuple[float, ...]:
+    """A raw numeric tensor's values (little-endian, as Triton sends them)."""
+    try:
+        unpack, size = ONE_NUMBER[datatype]
+    except KeyError:
+        raise BackendError(f"unexpected datatype {datatype} from backend") from None
+    if len(raw) == size:
+        return unpack(raw)
+    return struct.unpack(f"<{len(raw) // size}{_NUMBER_FORMATS[datatype][0]}", raw)

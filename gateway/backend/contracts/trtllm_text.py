@@ -23,14 +23,13 @@ decides how its answers read:
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tritonclient.grpc import service_pb2
 
 from gateway.backend.contracts.interface import add_declared
-from gateway.backend.contracts.tensors import Outputs, ReadRaws, split_bytes
+from gateway.backend.contracts.tensors import Outputs, ReadRaws, split_bytes, unpack_numbers
 from gateway.backend.contracts.trtllm_fields import (
     ENSEMBLE_FIELDS,
     LoraAdapter,
@@ -53,12 +52,10 @@ _DEFAULTS: dict[str, list[Any]] = {"beam_width": [1], "stop_words": [""], "bad_w
 
 
 def read_count(raw: bytes, datatype: str) -> int:
-    """The sum of an INT32/UINT32/INT64 count tensor's values (one per beam)."""
-    code = {"INT32": "i", "UINT32": "I", "INT64": "q", "UINT64": "Q"}.get(datatype)
-    if code is None:
+    """The sum of an integer count tensor's values (one per beam)."""
+    if datatype == "FP32":
         raise BackendError(f"unexpected datatype {datatype} for a token count")
-    size = struct.calcsize(code)
-    return sum(struct.unpack(f"<{len(raw) // size}{code}", raw))
+    return int(sum(unpack_numbers(raw, datatype)))
 
 
 class TextReader:
@@ -126,10 +123,9 @@ class TextReader:
             self._whole = whole
         else:  # an empty response (a BLS's separate final) says nothing new
             whole = self._whole
-        if whole.startswith(sent):
-            delta = whole[len(sent) :]
-        else:  # an earlier character resolved differently: what was sent cannot be taken back
-            delta = whole[len(sent) :] if len(whole) > len(sent) else b""
+        # Past what was sent, also where an earlier character resolved differently: what was sent
+        # cannot be taken back.
+        delta = whole[len(sent) :]
         if not ending:
             while delta.endswith(_REPLACEMENT):
                 delta = delta[: -len(_REPLACEMENT)]

@@ -14,14 +14,13 @@ all of them, after the prompt unless ``exclude_input_in_output`` took it out.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tritonclient.grpc import service_pb2
 
 from gateway.backend.contracts.interface import add_declared, add_matrix
-from gateway.backend.contracts.tensors import Outputs, ReadRaws
+from gateway.backend.contracts.tensors import Outputs, ReadRaws, unpack_numbers
 from gateway.backend.contracts.trtllm_fields import (
     TOKENS_FIELDS,
     LoraAdapter,
@@ -72,15 +71,15 @@ class TokenReader:
         cached: int | None = None
         for (name, datatype), raw in zip(outputs, raws, strict=False):
             if name == "kv_cache_reused_blocks" and self._block is not None and datatype == "INT32" and raw:
-                cached = min(struct.unpack("<i", raw[:4])[0] * self._block, self._prompt)
+                cached = min(int(unpack_numbers(raw[:4], datatype)[0]) * self._block, self._prompt)
             elif name == "output_log_probs" and datatype == "FP32":
-                logprobs = struct.unpack(f"<{len(raw) // 4}f", raw)
+                logprobs = tuple(map(float, unpack_numbers(raw, datatype)))
             elif name == "output_ids":
                 if datatype != "INT32":
                     raise BackendError(f"unexpected datatype {datatype} for output_ids")
-                ids = struct.unpack(f"<{len(raw) // 4}i", raw)
+                ids = tuple(map(int, unpack_numbers(raw, datatype)))
             elif name == "sequence_length":
-                length = struct.unpack("<i", raw[:4])[0] if len(raw) >= 4 else 0
+                length = int(unpack_numbers(raw[:4], datatype)[0]) if len(raw) >= 4 else 0
         if ids is None:  # an empty final response
             return GenerationChunk((b"",), (None,), self._prompt, None, None, final, ((),), cached)
         if length is not None:

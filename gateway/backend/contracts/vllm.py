@@ -8,14 +8,21 @@ travel.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Sequence
 from typing import Any
 
 import orjson
 from tritonclient.grpc import service_pb2
 
-from gateway.backend.contracts.tensors import Outputs, ReadRaws, add_tensor, pack_bytes, split_bytes
+from gateway.backend.contracts.tensors import (
+    ONE_NUMBER,
+    Outputs,
+    ReadRaws,
+    add_tensor,
+    pack_bytes,
+    split_bytes,
+    unpack_numbers,
+)
 from gateway.backend.types import Embedding, EmbeddingRequest, GenerationChunk, GenerationRequest
 from gateway.errors import BackendError
 
@@ -122,20 +129,6 @@ def infer_request_bytes(request: GenerationRequest) -> bytes:
     )
 
 
-_NUMBER_FORMATS = {"UINT32": ("I", 4), "INT32": ("i", 4), "UINT64": ("Q", 8), "INT64": ("q", 8), "FP32": ("f", 4)}
-_ONE_NUMBER = {datatype: (struct.Struct("<" + code).unpack, size) for datatype, (code, size) in _NUMBER_FORMATS.items()}
-
-
-def _numbers(raw: bytes, datatype: str) -> tuple[int, ...] | tuple[float, ...]:
-    try:
-        unpack, size = _ONE_NUMBER[datatype]
-    except KeyError:
-        raise BackendError(f"unexpected datatype {datatype} from backend") from None
-    if len(raw) == size:
-        return unpack(raw)
-    return struct.unpack(f"<{len(raw) // size}{_NUMBER_FORMATS[datatype][0]}", raw)
-
-
 _FINISH_REASONS: dict[bytes, str | None] = {
     b"None": None,
     b"none": None,
@@ -170,10 +163,10 @@ def parse_vllm_outputs(outputs: Outputs, raws: Sequence[bytes], final: bool) -> 
         elif name == FINISH_REASON:
             finish = (None,) if raw == _UNFINISHED else tuple(map(_finish_reason, split_bytes(raw)))
         elif name == NUM_INPUT_TOKENS:
-            values = _numbers(raw, datatype)
+            values = unpack_numbers(raw, datatype)
             num_in = int(values[0]) if values else None
         elif name == NUM_OUTPUT_TOKENS:
-            num_out = tuple(map(int, _numbers(raw, datatype)))
+            num_out = tuple(map(int, unpack_numbers(raw, datatype)))
         elif name == LOGPROBS:
             logprobs = tuple(orjson.loads(r) for r in split_bytes(raw))
     return GenerationChunk(text, finish or (None,) * len(text), num_in, num_out, logprobs, final)
@@ -197,8 +190,8 @@ def vllm_outputs_plan(outputs: Outputs) -> ReadRaws | None:
     in_type, out_type = outputs[in_at][1], outputs[out_at][1]
     if in_type not in _COUNT_TYPES or out_type not in _COUNT_TYPES:
         return None
-    unpack_in, in_size = _ONE_NUMBER[in_type]
-    unpack_out, out_size = _ONE_NUMBER[out_type]
+    unpack_in, in_size = ONE_NUMBER[in_type]
+    unpack_out, out_size = ONE_NUMBER[out_type]
 
     def read(raws: Sequence[bytes], final: bool) -> GenerationChunk:
         counted_in, counted_out = raws[in_at], raws[out_at]
