@@ -9,26 +9,27 @@ as soon as the grammar can take no more tokens. The four guide types: ``json`` (
 tokenizer of the model's ``tokenizer_dir`` parameter, with the request's end id as its end token,
 so the grammar lets the sequence end exactly where it accepts.
 
-Written here rather than imported from the reference's grammar.py because that module imports
-``llguidance.hf``, which imports transformers (seconds of load time per stub, see engine.py).
+The compile step is written here (TensorRT-LLM's guide types, the stand-in's own token table);
+each sequence's matcher is the reference's ``TokenMatcher``.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
-import numpy as np
-import torch
-
+from tests.trtllm_stand_ins.reference import use_reference_modules
 from tests.trtllm_stand_ins.request_tensors import Guide
+
+use_reference_modules()
+from grammar import TokenMatcher  # noqa: E402  (the reference model's module, by its bare name)
 
 _JSON_OPTIONS: Any = {"whitespace_flexible": False}
 
 
 class GuideError(ValueError):
-    """The guide does not compile, or the matcher refused a token it allowed; the text says why."""
+    """The guide does not compile; the text says why. (A token the matcher refuses after allowing it
+    is the reference's ``GrammarError``: a bug, and that request fails.)"""
 
 
 def grammar_text(guide: Guide) -> str:
@@ -52,25 +53,6 @@ def grammar_text(guide: Guide) -> str:
     if guide.guide_type == "regex":
         return str(llguidance.LLMatcher.grammar_from_regex(guide.guide))
     return str(llguidance.grammar_from("grammar", guide.guide))
-
-
-class TokenMatcher:
-    """One sequence's position in the grammar: masks its logits, follows its tokens."""
-
-    def __init__(self, matcher: Any, vocab_size: int) -> None:
-        self._matcher = matcher
-        self._vocab_size = vocab_size
-
-    def mask_logits(self, logits: torch.Tensor) -> None:
-        words = np.frombuffer(self._matcher.compute_bitmask(), dtype=np.uint8)
-        allowed = np.unpackbits(words, count=self._vocab_size, bitorder="little")
-        logits.masked_fill_(torch.from_numpy(allowed) == 0, -math.inf)
-
-    def accept(self, token: int) -> bool:
-        """Follow the sampled token; True when the grammar can take no more tokens."""
-        if not self._matcher.consume_token(token):
-            raise GuideError(f"the guide refused token {token}: {self._matcher.get_error()}")
-        return bool(self._matcher.is_stopped())
 
 
 class CompiledGuide:

@@ -26,7 +26,6 @@ from collections.abc import Iterable
 from typing import Any
 
 import llguidance
-import llguidance.hf
 import numpy as np
 import torch
 from structured_outputs import StructuredOutputs
@@ -49,7 +48,11 @@ class GrammarError(ValueError):
 def build_grammar_tokenizer(hf_tokenizer: Any, vocab_size: int, eos_token_ids: Iterable[int]) -> Any:
     """llguidance's view of the model's tokenizer (about 10 ms: built once, with the engine).
 
-    ``eos_token_ids`` are every EOS of generation_config, so any of them may end an accepted grammar."""
+    ``eos_token_ids`` are every EOS of generation_config, so any of them may end an accepted grammar.
+    ``llguidance.hf`` is imported here, not with the module: it imports transformers (seconds of
+    load), which a user of ``TokenMatcher`` alone need not pay for."""
+    import llguidance.hf
+
     return llguidance.hf.from_tokenizer(hf_tokenizer, n_vocab=vocab_size, eos_token=sorted(eos_token_ids))
 
 
