@@ -2,18 +2,19 @@
 
 One parser per choice, fed the choice's decoded text in whatever pieces the backend produced.
 Formats (``registry.PARSERS``): ``hermes``, ``llama3_json``, ``mistral``, ``pythonic``,
-``qwen3_coder``, ``glm45``, ``deepseek_v31``, ``kimi_k2``, and the two shapes structured outputs
-force (``forced_named``, ``forced_required``). A model's parser is
-configured or detected from its chat template (``registry.detect_parser``).
+``qwen3_coder``, ``glm45``, ``deepseek_v3``, ``deepseek_v31``, ``deepseek_v32``, ``kimi_k2``,
+``openai``, and the two shapes structured outputs force (``forced_named``, ``forced_required``).
+A model's parser is configured or detected from its chat template (``registry.detect_parser``).
 
 Choices made here, and why:
 
-- **Complete calls only.** A call is returned when its block is complete and valid, never as
-  half-parsed arguments. A block that turns out malformed (invalid JSON, no name, a name the
-  request did not offer, arguments that are not an object, cut off at the end) is then returned
-  as content exactly as the model wrote it, with nothing already streamed to take back. The
-  cost is that a call's arguments reach the client in one piece when the block closes, which
-  for a tool call (it cannot run before its arguments are whole) loses nothing.
+- **Calls stream, nothing is taken back.** A call opens as soon as its markup names an offered
+  tool, and its arguments go out as they are read, in the gateway's one JSON spelling (keys once
+  whole, string characters as decoded, other values once they end: ``argstream.py``, and the
+  typed formats' own readers), so the deltas of a call join exactly to its final ``arguments``.
+  Markup that turns out malformed before a call opened is returned as content exactly as the
+  model wrote it; after a call opened, the call ends with what was already sent (docs/API.md,
+  "Tool calling", says per format where a call opens).
 - **Hold only what could be markup.** Text is held back only while it could still start a
   marker (``<tool_`` at the end of a piece) or belongs to an open block; everything else is
   returned at once. Markup never leaks into content however the text is split, and the content

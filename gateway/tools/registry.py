@@ -6,7 +6,8 @@ parser for one choice. Its attributes tell the planner how to run the request:
 - ``needs_special_tokens``: the format's markers are special tokens in some tokenizers, which the
   default ``skip_special_tokens=True`` decode would remove before the parser sees them, so the
   request must decode with ``skip_special_tokens=False``. Mistral's ``[TOOL_CALLS]``/``[ARGS]``
-  (without them the calls cannot be found at all); Llama's ``<|python_tag|>`` and
+  and DeepSeek's tokens (V3, R1 and V3.1's ``<｜tool▁calls▁begin｜>`` and the rest, V3.2's
+  ``｜DSML｜`` tags): without them the calls cannot be found at all. Llama's ``<|python_tag|>`` and
   ``<|python_start|>`` (optional for the parser, kept so they are read as markup); ``<tool_call>``,
   an ordinary added token in Qwen's tokenizer but a special one where a fine-tune reused a
   reserved special token for it (Hermes 2 Pro on Llama 3).
@@ -26,8 +27,11 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from gateway.tools.params import ToolParams
+from gateway.tools.parsers.deepseek_v3 import DeepSeekV3Parser
 from gateway.tools.parsers.deepseek_v31 import CALL_BEGIN as DEEPSEEK_CALL_BEGIN
+from gateway.tools.parsers.deepseek_v31 import SEP as DEEPSEEK_SEP
 from gateway.tools.parsers.deepseek_v31 import DeepSeekV31Parser
+from gateway.tools.parsers.deepseek_v32 import DSML, DeepSeekV32Parser
 from gateway.tools.parsers.forced_named import ForcedNamedParser
 from gateway.tools.parsers.forced_required import ForcedRequiredParser
 from gateway.tools.parsers.glm45 import Glm45Parser
@@ -130,12 +134,30 @@ _SPECS = (
         typed=True,
     ),
     ParserSpec(
+        "deepseek_v3",
+        _untyped(DeepSeekV3Parser),
+        needs_special_tokens=True,
+        forced=False,
+        families="DeepSeek V3, V3-0324, R1, R1-0528",
+        markers="<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>name\\n```json\\n{...}\\n```<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>",
+    ),
+    ParserSpec(
         "deepseek_v31",
         _untyped(DeepSeekV31Parser),
         needs_special_tokens=True,
         forced=False,
-        families="DeepSeek V3.1, V3.1-Terminus",
+        families="DeepSeek V3.1, V3.1-Terminus, V3.2-Exp",
         markers="<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>name<｜tool▁sep｜>{...}<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>",
+    ),
+    ParserSpec(
+        "deepseek_v32",
+        _untyped(DeepSeekV32Parser),
+        needs_special_tokens=True,
+        forced=False,
+        families="DeepSeek V3.2, V3.2-Speciale (DSML)",
+        markers='<｜DSML｜function_calls><｜DSML｜invoke name="name">'
+        '<｜DSML｜parameter name="key" string="true|false">value</｜DSML｜parameter>...'
+        "</｜DSML｜invoke>...</｜DSML｜function_calls>",
     ),
     ParserSpec(
         "kimi_k2",
@@ -174,6 +196,17 @@ def make_parser(name: str, tool_names: frozenset[str], params: ToolParams = ()) 
 
 
 _PYTHONIC_PROMPT = re.compile(r"\[\s*func_name1\s*\(")
+_AFTER_SEPARATOR = re.compile(
+    re.escape(DEEPSEEK_SEP) + r"(?:(?!" + re.escape(DEEPSEEK_SEP) + r").){0,120}?(name|arguments)", re.S
+)
+"""What a DeepSeek template writes after ``<｜tool▁sep｜>``: the first of the call's name or its
+arguments (``tool['function']['name']``, ``<function_name>``, ``tool_call_arguments``...)."""
+
+
+def _names_after_separator(source: str) -> bool:
+    """The template writes the function's name after ``<｜tool▁sep｜>`` (V3 and R1: the type word
+    before it), not the arguments (V3.1)."""
+    return any(match.group(1) == "name" for match in _AFTER_SEPARATOR.finditer(source))
 
 
 def detect_parser(template_source: str) -> str | None:
@@ -191,14 +224,19 @@ def detect_parser(template_source: str) -> str | None:
        Qwen 3.5), ``<arg_key>`` → ``glm45`` (GLM-4.5, 4.6). Else with a JSON ``"name"`` →
        ``hermes`` (Qwen 2.5/3, Hermes).
     2. ``<|tool_call_argument_begin|>`` → ``kimi_k2``.
-    3. ``<｜tool▁call▁begin｜>`` → ``deepseek_v31``, unless the template fences the arguments in
-       a JSON code block (DeepSeek V3 and R1, whose format is not parsed here: None).
-    4. ``[TOOL_CALLS]`` → ``mistral``.
-    5. A pythonic prompt (``[func_name1(...``, Meta's wording) → ``pythonic``.
-    6. Llama 4 (``<|header_start|>``, never in Llama 3): ``llama3_json`` when the template asks
+    3. DSML's ``｜DSML｜`` → ``deepseek_v32`` (DeepSeek V3.2 ships no Jinja template; a template
+       written for it renders its calls in DSML).
+    4. ``<｜tool▁call▁begin｜>``: what the template writes after ``<｜tool▁sep｜>`` tells the
+       two spellings apart. The function's name first (``function<｜tool▁sep｜>`` + name, then
+       the fenced JSON: DeepSeek V3 and R1) → ``deepseek_v3``; the arguments (the name came
+       before the separator: V3.1, V3.2-Exp) → ``deepseek_v31``, which is also the answer when
+       no separator says either.
+    5. ``[TOOL_CALLS]`` → ``mistral``.
+    6. A pythonic prompt (``[func_name1(...``, Meta's wording) → ``pythonic``.
+    7. Llama 4 (``<|header_start|>``, never in Llama 3): ``llama3_json`` when the template asks
        for ``"parameters"`` JSON (the template shipped with Llama 4 does), else ``pythonic``
        (Llama 4's documented native format).
-    7. Llama 3.x (``<|start_header_id|>``) with ``<|python_tag|>`` or the ``"parameters"`` JSON
+    8. Llama 3.x (``<|start_header_id|>``) with ``<|python_tag|>`` or the ``"parameters"`` JSON
        prompt → ``llama3_json``. Llama 3.0's template has neither (no tool calling): None.
     """
     source = template_source
@@ -212,8 +250,10 @@ def detect_parser(template_source: str) -> str | None:
         return "hermes" if '"name"' in source else None
     if KIMI_ARGUMENT_BEGIN in source:
         return "kimi_k2"
+    if DSML in source:
+        return "deepseek_v32"
     if DEEPSEEK_CALL_BEGIN in source:
-        return None if "```json" in source else "deepseek_v31"
+        return "deepseek_v3" if _names_after_separator(source) else "deepseek_v31"
     if "[TOOL_CALLS]" in source:
         return "mistral"
     if _PYTHONIC_PROMPT.search(source):

@@ -9,7 +9,8 @@ Both hold text back only while it could still be markup, return a block's raw te
 when it turns out malformed before a call opened, and drop the whitespace after a valid call
 (and before the first one, which the parser holds while nothing else has been seen). Calls
 whose arguments stream open through ``ArgumentsBlockParser`` (marker formats),
-``LeadingParser._stream_start`` and ``CallArray`` (arrays of call objects).
+``LeadingParser._stream_start`` and ``LeadingParser._call_list`` (lists of calls: ``CallArray``
+for JSON arrays of call objects, pythonic's ``PythonCallList``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,18 @@ order hermes', Mistral's and Llama's templates ask for): where its arguments can
 
 class Span(Protocol):
     def end(self, text: str) -> int | None: ...
+
+
+class CallList(Protocol):
+    """A list of calls streamed as it arrives (``CallArray``, pythonic's ``PythonCallList``)."""
+
+    whole: bool
+    """No call came out and the list cannot stream: the caller reads it whole."""
+
+    def advance(self, buf: str, final: bool, out: list[ParsedCall]) -> int | None:
+        """Add the pieces ``buf`` now settles to ``out``; the index just past the list once it
+        ended, None while it is open (never at the end of the output, unless ``whole``)."""
+        ...
 
 
 def skip_markup(text: str, pos: int, markers: Sequence[str], final: bool) -> int | None:
@@ -280,7 +293,7 @@ class LeadingParser(StreamParser):
     VERBATIM_NUMBERS: ClassVar[bool] = False
     """Streamed numbers that do not fit a float go out as written (``ArgumentStream``)."""
     CALL_ARRAY: ClassVar[bool] = False
-    """The span is an array of call objects, streamed by ``CallArray``."""
+    """The span is an array of call objects, streamed by ``CallArray`` (``_call_list``)."""
     _START, _SPAN, _AFTER, _NEXT = range(4)
     __slots__ = ("_arguments", "_array", "_mode", "_open_at", "_span")
 
@@ -290,7 +303,12 @@ class LeadingParser(StreamParser):
         self._span: Span | None = None
         self._open_at = 0
         self._arguments: ArgumentStream | None = None
-        self._array: CallArray | None = None
+        self._array: CallList | None = None
+
+    def _call_list(self, start: int) -> CallList | None:
+        """What streams the calls of a span that is a list of them, opened at ``start``; None
+        when the span is one call (``_stream_start``)."""
+        return CallArray(start, self._tool_names) if self.CALL_ARRAY else None
 
     def _stream_start(self, text: str, start: int) -> tuple[str, int] | None:
         """(the function, where its arguments object begins) once the span opened at ``start``
@@ -413,8 +431,7 @@ class LeadingParser(StreamParser):
         if not could:
             return self._to_plain(out, 0)
         self._span, self._open_at, self._mode = self._make_span(pos), pos, self._SPAN
-        if self.CALL_ARRAY:
-            self._array = CallArray(pos, self._tool_names)
+        self._array = self._call_list(pos)
         return True
 
 

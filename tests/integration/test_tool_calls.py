@@ -362,8 +362,9 @@ TYPED: dict[str, list[bytes]] = {
     + [b"</tool_call>"],
 }
 """The XML formats: a string parameter streams (its value's pieces as JSON string pieces)."""
-WHOLE: dict[str, list[bytes]] = {"pythonic": [b"[get_weather(", b'city="Zur', b'ich"', b")]"]}
-"""The formats whose calls wait for their markup to close: a Python call list is typed only whole."""
+PYTHONIC: dict[str, list[bytes]] = {"pythonic": [b"[get_weather(", b'city="Zur', b'ich"', b")]"]}
+"""A Python call list: the call opens once its first value begins, a string's closing quote
+waits for what follows (Python joins adjacent literals)."""
 FORCED: dict[str, tuple[list[bytes], dict[str, Any]]] = {
     "forced_named": (CITY, {"tool_choice": {"type": "function", "function": {"name": "get_weather"}}}),
     "forced_required": ([b'[{"name": "get_weather", ', b'"parameters": ', *CITY, b"}]"], {"tool_choice": "required"}),
@@ -387,16 +388,21 @@ def test_each_format_streams_its_arguments_as_they_are_generated(
     parser_gateway: tuple[str, GatewayProcess],
 ) -> None:
     """The call opens before its arguments are whole, and they arrive in several deltas that
-    join to exactly what the whole answer says; pythonic's call waits for its list to close."""
+    join to exactly what the whole answer says."""
     name, gateway = parser_gateway
+    if name in PYTHONIC:
+        assert argument_deltas(gateway, PYTHONIC[name], {}) == [
+            ("get_weather", ""),
+            ("", '{"city": "Zur'),
+            ("", "ich"),
+            ("", '"}'),
+        ]
+        return
     if name in TYPED:
         deltas = argument_deltas(gateway, TYPED[name], {})
         assert deltas[0] == ("get_weather", "")
         sent = [arguments for _, arguments in deltas[1:] if arguments]
         assert "".join(sent) == '{"city": "Zurich"}' and '"city": "Zur' in sent and "ich" in sent
-        return
-    if name in WHOLE:  # the call comes out once, whole, when its list closes
-        assert argument_deltas(gateway, WHOLE[name], {}) == [("get_weather", ""), ("", '{"city": "Zurich"}')]
         return
     pieces, extra = STREAMED[name]
     deltas = argument_deltas(gateway, pieces, extra)
@@ -408,17 +414,11 @@ def test_each_format_cut_after_its_call_opened_keeps_what_it_streamed(
     parser_gateway: tuple[str, GatewayProcess],
 ) -> None:
     """``max_tokens`` cuts the call inside its string argument: streamed or not, the call ends
-    with the arguments sent so far, and nothing of it comes back as content (pythonic, whose call
-    had not opened, gives the cut text back as content)."""
+    with the arguments sent so far, and nothing of it comes back as content."""
     name, gateway = parser_gateway
-    if name in WHOLE:  # a call never opened before its list closed: the cut text is the content
-        data = b"".join(WHOLE[name][:2])
-        with openai.OpenAI(base_url=gateway.url + "/v1", api_key="unused", max_retries=0) as client:
-            whole = complete(client, messages=user(script([data], finish="length")))
-        assert whole.message.content == data.decode() and not whole.message.tool_calls
-        return
-    pieces = TYPED.get(name) or STREAMED[name][0]
-    data = b"".join(pieces[: pieces.index(b"Zur" if name in TYPED else b'"Zur') + 1])
+    pieces = TYPED.get(name) or PYTHONIC.get(name) or STREAMED[name][0]
+    cut_at = b"Zur" if name in TYPED else b'city="Zur' if name in PYTHONIC else b'"Zur'
+    data = b"".join(pieces[: pieces.index(cut_at) + 1])
     with openai.OpenAI(base_url=gateway.url + "/v1", api_key="unused", max_retries=0) as client:
         whole = complete(client, messages=user(script([data], finish="length")))
     assert not whole.message.content and whole.finish_reason == "length"

@@ -320,13 +320,52 @@ def test_pythonic_text_starting_with_a_bracket_is_given_back_as_soon_as_it_canno
         "[get_weather(city=paris)]",
         "[get_weather(city=__import__('os'))]",
         "[unknown(a=1)]",
-        "[get_weather(city='a', city='b')]",  # ast parses it; only compiling would refuse it
-        "[get_weather(city='''Paris''') ",
+        "[get_weather(**kw)]",
+        "[get_weather(city=f'x')]",
+        "[get_weather(city=b'x')]",
+        "[(get_weather(city=paris))]",
+        "[get_weather(city=",  # cut before the call could open
         "[]",
     ],
 )
 def test_pythonic_anything_but_literal_keyword_calls_is_content(text: str) -> None:
+    """Before the first call opens (``NAME(KEY=`` and a literal), the list is read whole."""
     assert run("pythonic", text) == (text, [])
+
+
+@pytest.mark.parametrize(
+    ("text", "arguments"),
+    [
+        ("[get_weather(city='a', city='b')]", '{"city": "a"'),  # ast parses it; compiling refuses it
+        ("[get_weather(city='''Paris''') ", '{"city": "Paris"}'),
+        ("[get_weather(city='Paris', days=x)] more", '{"city": "Paris", "days": '),
+        ("[get_weather(city='Par", '{"city": "Par'),
+        ("[get_weather(city=(1, 2))]", '{"city": 1'),
+        ("[get_weather(city={'a': 1, 'a': 2})]", '{"city": {"a": 1'),
+    ],
+)
+def test_pythonic_a_call_that_opened_stays_a_call_with_the_arguments_it_streamed(text: str, arguments: str) -> None:
+    """What turns malformed after the call opened ends it with what was sent; the rest of the
+    list is dropped, and text after the list is content."""
+    content = text[text.index("]") + 1 :].lstrip() if "] " in text else ""
+    assert run("pythonic", text) == (content, [ParsedCall("get_weather", arguments)])
+
+
+def test_pythonic_an_element_that_is_no_call_ends_the_calls_that_opened() -> None:
+    text = "[get_weather(city='Paris'), unknown(a=1), noop()] done"
+    assert run("pythonic", text) == ("done", [WEATHER])
+
+
+def test_pythonic_arguments_stream_as_they_settle() -> None:
+    assert steps("pythonic", "[get_weather(city=", "'Par", "is', days", "=3", ")", "]") == [
+        ("", []),
+        ("", [ParsedCall("get_weather", "", closes=False), ParsedCall("", '{"city": "Par', opens=False, closes=False)]),
+        ("", [ParsedCall("", 'is"', opens=False, closes=False)]),
+        ("", [ParsedCall("", ', "days": ', opens=False, closes=False)]),
+        ("", [ParsedCall("", "3}", opens=False, closes=False), ParsedCall("", "", opens=False, closes=True)]),
+        ("", []),
+        ("", []),
+    ]
 
 
 def test_pythonic_triple_quoted_and_escaped_strings_split_anywhere() -> None:
@@ -443,6 +482,8 @@ def test_called_is_set_by_the_first_call_only(parser: str) -> None:
         opened = output.index(">", output.index("<function="))
     elif parser == "glm45":
         opened = output.index("\n")
+    elif parser == "pythonic":
+        opened = output.index("(") + 1
     else:
         opened = len(output) - 1
     instance.feed(output[:opened])
@@ -549,9 +590,16 @@ def test_arguments_without_an_exact_json_utf8_form_are_content(arguments: str) -
         assert run("mistral", mistral) == (mistral, [])
 
 
-def test_pythonic_lone_surrogate_or_huge_float_is_content() -> None:
-    for text in ["[noop(a='\\ud83d')]", "[noop(a=1e999)]", "[noop(a=-1e999)]"]:
-        assert run("pythonic", text) == (text, [])
+def test_pythonic_lone_surrogate_or_huge_number_ends_the_call_before_it() -> None:
+    for text, arguments in [
+        ("[noop(a='\\ud83d')]", '{"a": "'),
+        ("[noop(a=1e999)]", '{"a": '),
+        ("[noop(a=-1e999)]", '{"a": '),
+        ("[noop(a=0x" + "f" * 5000 + ")]", '{"a": '),
+    ]:
+        assert run("pythonic", text) == ("", [ParsedCall("noop", arguments)])
+    text = "[(noop(a=0x" + "f" * 5000 + "))]"  # read whole: an integer JSON cannot spell
+    assert run("pythonic", text) == (text, [])
 
 
 def test_surrogate_pair_escapes_are_one_character() -> None:

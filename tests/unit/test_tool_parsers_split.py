@@ -414,21 +414,42 @@ PYTHON_BAD = [
     "[unknown_tool(a=1)]",
     "[get_weather(city=paris)]",  # a variable
     "[get_weather(city=f'x')]",
+    "[get_weather(**kw)]",
+    "[get_weather(a=b'x')]",
+    "[(noop(a=1)) noop()]",  # read whole (parenthesised), then no list
+    "[(noop(a=(1, 2)))]",
+]
+"""Malformed before a call could open: content, verbatim."""
+PYTHON_OPENED = [
     "[get_weather(city=(1, 2))]",  # a tuple
     "[get_weather(city={1: 'a'})]",  # a non-string key
     "[get_weather(city=1+2)]",
-    "[get_weather(**kw)]",
     "[get_weather(a=1, a=2)]",
     "[get_weather(a=1), 3]",
     "[get_weather(a=1e999)]",
-    "[get_weather(a=b'x')]",
     "[noop() noop()]",
     "[noop())]",  # brackets that do not match
+    "[get_weather(a='x' b'y')]",
+    "[get_weather(a=-'x')]",
+    "[search(q='''open",
 ]
+"""Malformed after the first call opened: calls with what was sent (``test_tool_parsers.py``);
+here only split against whole."""
+_PYTHON_OPENS = re.compile(
+    r"\s*(?:<\|python_start\|>)?\s*\[\s*(?:get_weather|search|noop)\s*\(\s*"
+    r"(?:\)|[^\W\d]\w*\s*=\s*(?:[\"'\[{(+\-.0-9]|(?:True|False|None)(?=[^\w'\"])|[rRuU][\"']))"
+)
+
+
+def pythonic_opens(text: str) -> bool:
+    """Whether an output's list opens a call that streams (then it stays calls)."""
+    return _PYTHON_OPENS.match(text) is not None
 
 
 @st.composite
-def pythonic_case(draw: st.DrawFn) -> Case:
+def pythonic_case(draw: st.DrawFn, *, opened: bool = False) -> Case:
+    """Calls, a malformed list or a cut one; malformed or cut after the first call opened only
+    when ``opened`` (then the expected answer is not written out: ``check_same_at_every_split``)."""
     lead = draw(spaces) + draw(st.sampled_from(["", "<|python_start|>", "<|python_start|>\n"]))
     kind = draw(st.sampled_from(["valid", "valid", "bad", "truncated", "plain"]))
     if kind == "plain":
@@ -440,7 +461,9 @@ def pythonic_case(draw: st.DrawFn) -> Case:
         suffix = draw(st.sampled_from(["", "<|python_end|>", " <|python_end|>\n"]))
         tail, tail_content = draw(trailing())
         return Case(lead + listing + suffix + tail, tail_content, [call for _, call in found])
-    bad = draw(st.sampled_from(PYTHON_BAD)) if kind == "bad" else listing[: draw(st.integers(1, len(listing) - 1))]
+    bads = PYTHON_BAD + PYTHON_OPENED if opened else PYTHON_BAD
+    bad = draw(st.sampled_from(bads)) if kind == "bad" else listing[: draw(st.integers(1, len(listing) - 1))]
+    assume(opened or not pythonic_opens(bad))
     whole = lead + bad + draw(st.sampled_from(["", " rest", "<|python_end|>"]))
     return Case(whole, whole, [])
 
@@ -449,6 +472,14 @@ def pythonic_case(draw: st.DrawFn) -> Case:
 @given(case=pythonic_case(), cuts=cuts)
 def test_pythonic_any_split_gives_the_expected_content_and_calls(case: Case, cuts: list[int]) -> None:
     check_every_split("pythonic", case, cuts)
+
+
+@settings(max_examples=100, deadline=None)
+@given(case=pythonic_case(opened=True), cuts=cuts)
+def test_pythonic_calls_cut_or_malformed_after_they_opened_are_the_same_for_every_split(
+    case: Case, cuts: list[int]
+) -> None:
+    check_same_at_every_split("pythonic", case.text, cuts)
 
 
 FORCED_BAD = ["{'a': 1}", "{ a }", "{1: 2}"]
@@ -533,3 +564,8 @@ def test_forced_required_calls_cut_or_malformed_after_they_opened_are_the_same_f
 def test_every_listed_malformed_output_is_content_verbatim_at_every_split(parser: str, text: str) -> None:
     """The generated cases draw from these lists; here each one runs, whole and split."""
     check_every_split(parser, Case(text, text, []), [])
+
+
+@pytest.mark.parametrize("text", PYTHON_OPENED)
+def test_every_listed_pythonic_list_malformed_after_opening_is_calls_at_every_split(text: str) -> None:
+    assert check_same_at_every_split("pythonic", text, [])

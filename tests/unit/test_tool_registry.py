@@ -44,6 +44,22 @@ DEEPSEEK_V3 = (
     "tool['function']['name'] + '\\n' + '```json' + '\\n' + tool['function']['arguments'] + '\\n' + '```' + "
     "'<｜tool▁call▁end｜>'}}"
 )
+DEEPSEEK_V3_PROMPT = (
+    '{{"For each function call, you should return object like:\\n" }}'
+    '{{"<｜tool▁call▁begin｜>function<｜tool▁sep｜><function_name>\\n```json\\n<function_arguments_in_json_format>'
+    '\\n```<｜tool▁call▁end｜>"}}'
+)
+DEEPSEEK_V31_FENCED_SCHEMAS = (
+    "{% for tool in tools %}{{ '- ' + tool.name + ':\\n```json\\n' + (tool | tojson) + '\\n```\\n' }}{% endfor %}"
+    + DEEPSEEK_V31
+)
+"""V3.1's calls with the tools' schemas listed in JSON code fences: the fence alone says nothing."""
+DEEPSEEK_V32 = (
+    'You can invoke functions by writing a "<｜DSML｜function_calls>" block like the following:\n'
+    '<｜DSML｜function_calls>\n<｜DSML｜invoke name="$FUNCTION_NAME">\n'
+    '<｜DSML｜parameter name="$PARAMETER_NAME" string="true|false">$PARAMETER_VALUE</｜DSML｜parameter>\n'
+    "</｜DSML｜invoke>\n</｜DSML｜function_calls>"
+)
 KIMI_K2 = (
     "{%- if message['tool_calls'] -%}<|tool_calls_section_begin|>{%- for tool_call in message['tool_calls'] -%}"
     "<|tool_call_begin|>{{ tool_call['id'] }}<|tool_call_argument_begin|>{{ tool_call['function']['arguments'] }}"
@@ -85,7 +101,11 @@ CHATML = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_e
         (GLM, "glm45"),
         (GLM_47, "glm45"),
         (DEEPSEEK_V31, "deepseek_v31"),
-        (DEEPSEEK_V3, None),
+        (DEEPSEEK_V3, "deepseek_v3"),
+        (DEEPSEEK_V3_PROMPT, "deepseek_v3"),
+        (DEEPSEEK_V31_FENCED_SCHEMAS, "deepseek_v31"),
+        (DEEPSEEK_V32, "deepseek_v32"),
+        (DEEPSEEK_V32 + DEEPSEEK_V31, "deepseek_v32"),
         (KIMI_K2, "kimi_k2"),
         (LLAMA_30, None),
         (LLAMA_31, "llama3_json"),
@@ -118,7 +138,9 @@ def test_every_parser_is_registered_under_its_name_with_planner_facts() -> None:
         "pythonic",
         "qwen3_coder",
         "glm45",
+        "deepseek_v3",
         "deepseek_v31",
+        "deepseek_v32",
         "kimi_k2",
         "openai",
         "forced_named",
@@ -126,7 +148,7 @@ def test_every_parser_is_registered_under_its_name_with_planner_facts() -> None:
     }
     for name, spec in PARSERS.items():
         assert spec.name == name and spec.families and spec.markers
-    for name in ("mistral", "qwen3_coder", "glm45", "deepseek_v31", "kimi_k2"):
+    for name in ("mistral", "qwen3_coder", "glm45", "deepseek_v3", "deepseek_v31", "deepseek_v32", "kimi_k2"):
         assert PARSERS[name].needs_special_tokens, name
     assert {name for name, spec in PARSERS.items() if spec.typed} == {"qwen3_coder", "glm45"}
     assert not PARSERS["forced_named"].needs_special_tokens
@@ -134,7 +156,18 @@ def test_every_parser_is_registered_under_its_name_with_planner_facts() -> None:
 
 
 def test_detection_never_picks_a_forced_parser() -> None:
-    for template in (QWEN, LLAMA_31, LLAMA_4_PLAIN, MISTRAL_V3, QWEN35, GLM, DEEPSEEK_V31, KIMI_K2):
+    for template in (
+        QWEN,
+        LLAMA_31,
+        LLAMA_4_PLAIN,
+        MISTRAL_V3,
+        QWEN35,
+        GLM,
+        DEEPSEEK_V3,
+        DEEPSEEK_V31,
+        DEEPSEEK_V32,
+        KIMI_K2,
+    ):
         detected = detect_parser(template)
         assert detected is not None and not PARSERS[detected].forced
 

@@ -9,7 +9,7 @@
 spaces are U+2581, as DeepSeek's tokenizer spells its special tokens; without
 ``skip_special_tokens=False`` they are decoded away and no call can be found. The head is the
 function's name alone (V3 and R1 wrote ``function<｜tool▁sep｜>name`` and a fenced JSON block:
-another format, not parsed here). The section's rules are ``sections.SectionParser``'s.
+another format, ``deepseek_v3.py``). The section's rules are ``sections.SectionParser``'s.
 """
 
 from __future__ import annotations
