@@ -42,6 +42,7 @@ from gateway.keys.policy import KeyFileError, KeyRing
 from gateway.metrics import Metrics
 from gateway.models.catalog import ModelCatalog
 from gateway.models.files import ModelFileSources
+from gateway.reasoning.seal import ReasoningSeal
 from gateway.store import open_store
 from gateway.tracing import Tracing
 
@@ -193,7 +194,8 @@ def create_app(settings: Settings, backend: Backend | None = None) -> FastAPI:
                 tracing.shutdown()
 
     app = FastAPI(title="triton-openai-gateway", version="0.1.0", lifespan=lifespan)
-    components = Components(settings, the_backend, catalog, the_metrics, service, store, images)
+    seal = ReasoningSeal.from_setting(settings.reasoning_secret)
+    components = Components(settings, the_backend, catalog, the_metrics, service, store, images, seal)
     app.state.components = components
     install_error_handlers(app)
     app.include_router(health.router)

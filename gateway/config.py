@@ -377,6 +377,13 @@ class Settings(BaseSettings):
     ``--workers`` itself, in its temporary directory; set it to share counts between gateways
     on one machine."""
 
+    reasoning_secret: str | None = None
+    """Secret(s) sealing the reasoning clients carry between turns (Responses'
+    ``encrypted_content``, Messages' thinking ``signature``), comma-separated for rotation: the
+    first seals, every one opens. Unset: a random one per start (``--workers`` share it), so a
+    blob sealed before a restart or by another pod no longer opens; set it where pods share
+    conversations."""
+
     metrics_enabled: bool = True
     """Serve Prometheus metrics on ``/metrics``."""
 

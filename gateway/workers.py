@@ -50,6 +50,7 @@ from types import FrameType
 
 from gateway.config import Settings
 from gateway.core.admission import worker_share
+from gateway.reasoning.seal import random_secret
 
 logger = logging.getLogger("gateway.workers")
 
@@ -169,6 +170,8 @@ class Supervisor:
     def run(self) -> int:
         metrics_dir = tempfile.mkdtemp(prefix="gateway-metrics-")
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir  # read by prometheus_client in workers
+        if self._settings.reasoning_secret is None:  # one secret for all workers: any may open a blob
+            self._settings = self._settings.model_copy(update={"reasoning_secret": random_secret()})
         if self._settings.key_limits_file is None:
             shared = Path(metrics_dir) / "key-limits.sqlite"  # not *.db: prometheus-client reads those
             self._settings = self._settings.model_copy(update={"key_limits_file": shared})

@@ -11,7 +11,7 @@ with the ``Components``, with no dependency solving at all.)
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import Depends
@@ -26,6 +26,7 @@ from gateway.images.fetch import ImageFetcher
 from gateway.metrics import Metrics
 from gateway.models.catalog import ModelCatalog
 from gateway.plan.prepare import RequestContext
+from gateway.reasoning.seal import ReasoningSeal
 from gateway.store.base import ResponseStore
 
 TIMEOUT_HEADER = "x-request-timeout"
@@ -44,6 +45,8 @@ class Components:
     """Stored responses (the Responses API); None when storing is turned off."""
     images: ImageFetcher | None = None
     """What fetches ``http(s)`` image URLs; None when no host is allowed (``image_fetch_hosts``)."""
+    seal: ReasoningSeal = field(default_factory=lambda: ReasoningSeal.from_setting(None))
+    """Seals the reasoning clients carry between turns (``reasoning_secret``)."""
 
 
 async def get_components(request: Request) -> Components:

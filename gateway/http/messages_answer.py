@@ -13,20 +13,27 @@ from typing import Any
 from gateway.core.generate import Generation
 from gateway.errors import GatewayError, anthropic_error_body
 from gateway.http.sse import event_framing
-from gateway.openai.messages_encode import MessageEncoder, error_event
+from gateway.openai.messages_encode import MessageEncoder, MessageOptions, error_event
 from gateway.plan.messages import MessagesPlan
+from gateway.reasoning.seal import ReasoningSeal
 
 
 class MessagesAnswer:
     """The ``http.answer.Answer`` of ``POST /v1/messages``."""
 
-    __slots__ = ("plan",)
+    __slots__ = ("plan", "options")
 
-    def __init__(self, plan: MessagesPlan) -> None:
+    def __init__(self, plan: MessagesPlan, seal: ReasoningSeal) -> None:
         self.plan = plan
+        self.options = MessageOptions(
+            seal=seal,
+            show_thinking=plan.show_thinking,
+            window_limited=plan.window_limited,
+            context_management=plan.context_management,
+        )
 
     def encoder(self) -> MessageEncoder:
-        return MessageEncoder(self.plan.message_id, self.plan.model, event_framing)
+        return MessageEncoder(self.plan.message_id, self.plan.model, event_framing, self.options)
 
     def encoding(self, generation: Generation) -> MessagesEncoding:
         return MessagesEncoding(self.encoder(), generation)

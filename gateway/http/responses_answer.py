@@ -25,8 +25,9 @@ from typing import Any
 from gateway.core.generate import Generation
 from gateway.errors import GatewayError, error_body
 from gateway.http.sse import event_framing
-from gateway.openai.responses_encode import ResponseEncoder
+from gateway.openai.responses_encode import ResponseEncoder, ResponseOptions
 from gateway.plan.responses import ResponsesPlan
+from gateway.reasoning.seal import ReasoningSeal
 from gateway.store.base import ResponseStore, StoredResponse
 
 logger = logging.getLogger(__name__)
@@ -35,17 +36,22 @@ logger = logging.getLogger(__name__)
 class ResponsesAnswer:
     """The ``http.answer.Answer`` of ``POST /v1/responses``."""
 
-    __slots__ = ("plan", "store")
+    __slots__ = ("plan", "store", "options")
 
-    def __init__(self, plan: ResponsesPlan, store: ResponseStore | None) -> None:
+    def __init__(self, plan: ResponsesPlan, store: ResponseStore | None, seal: ReasoningSeal | None = None) -> None:
         self.plan = plan
         self.store = store if plan.store else None
+        self.options = ResponseOptions(
+            seal=seal if plan.seal_reasoning else None,
+            summarize=plan.summarize_reasoning,
+            namespaced=plan.tools.namespaced,
+        )
 
     def encoding(self, generation: Generation) -> ResponsesEncoding:
         return ResponsesEncoding(self, generation)
 
     async def complete(self, generation: Generation) -> dict[str, Any]:
-        encoder = ResponseEncoder(self.plan.head, event_framing)
+        encoder = ResponseEncoder(self.plan.head, event_framing, self.options)
         try:
             async for events in generation:
                 encoder.events(events)
@@ -86,7 +92,7 @@ class ResponsesEncoding:
     def __init__(self, answer: ResponsesAnswer, generation: Generation) -> None:
         self._answer = answer
         self._generation = generation
-        self._encoder = ResponseEncoder(answer.plan.head, event_framing)
+        self._encoder = ResponseEncoder(answer.plan.head, event_framing, answer.options)
         self.step = self._encoder.events
         """The per-token call, straight to the encoder."""
 

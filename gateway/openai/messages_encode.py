@@ -8,12 +8,14 @@ path runs the same encoder and keeps only the object).
 Content blocks, in the order they begin: ``thinking`` (a reasoning model's reasoning, when the
 request enabled thinking), ``text``, and one ``tool_use`` per call. A block stays open while the
 choice keeps saying the same kind of thing and closes when another kind begins. A thinking block
-ends with a ``signature_delta``: the sha256 of its text in hex (the gateway signs nothing; clients
-only need the field to send the block back). Events, per Anthropic's sequence: ``message_start``,
-per block ``content_block_start``, ``content_block_delta`` (``text_delta``, ``thinking_delta``,
-``signature_delta``, ``input_json_delta`` with the call's arguments as they stream),
-``content_block_stop``, then ``message_delta`` (stop reason, usage) and ``message_stop``; after an
-error, one ``error`` event with Anthropic's error body.
+ends with a ``signature_delta``: its text sealed (``reasoning.seal``), so a client that sends the
+block back, even emptied (``display: "omitted"``, where no ``thinking_delta`` is sent and the
+block's text is empty), gives the next turn the model's own thinking, unaltered. Events, per
+Anthropic's sequence: ``message_start``, per block ``content_block_start``,
+``content_block_delta`` (``text_delta``, ``thinking_delta``, ``signature_delta``,
+``input_json_delta`` with the call's arguments as they stream), ``content_block_stop``, then
+``message_delta`` (stop reason, usage, and ``context_management`` when the request edited its
+context) and ``message_stop``; after an error, one ``error`` event with Anthropic's error body.
 
 The per-token event (a ``text_delta`` of the open text block) is pre-encoded: one ``orjson.dumps``
 of the text and one concatenation.
@@ -24,12 +26,14 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from gateway.core.assemble import ChoiceEvent, Usage
 from gateway.core.toolcalls import ToolCallOut
+from gateway.reasoning.seal import ReasoningSeal
 
 Framing = tuple[bytes, bytes]
 EventFraming = Callable[[str], Framing]
@@ -38,10 +42,25 @@ EventFraming = Callable[[str], Framing]
 DELTA = "content_block_delta"
 
 
-def stop_reason(finish_reason: str | None, stop_sequence: str | None, called: bool) -> str:
+@dataclass(frozen=True, slots=True)
+class MessageOptions:
+    """What the request decided about the message beyond its content."""
+
+    seal: ReasoningSeal | None = None
+    """Seals thinking into its block's ``signature``; None: the sha256 of the text (tests)."""
+    show_thinking: bool = True
+    """``thinking.display`` is not ``omitted``."""
+    window_limited: bool = False
+    """``max_tokens`` was lowered to the room the context leaves: running out of it is
+    ``model_context_window_exceeded``, not ``max_tokens``."""
+    context_management: dict[str, Any] | None = None
+    """``{"applied_edits": [...]}`` when the request asked for context editing."""
+
+
+def stop_reason(finish_reason: str | None, stop_sequence: str | None, called: bool, window: bool = False) -> str:
     """The core's finish reason → Anthropic's ``stop_reason``."""
     if finish_reason == "length":
-        return "max_tokens"
+        return "model_context_window_exceeded" if window else "max_tokens"
     if finish_reason == "tool_calls" or called:
         return "tool_use"
     if stop_sequence is not None:
@@ -72,10 +91,23 @@ def tool_use_id(call_id: str) -> str:
 class MessageEncoder:
     """One message: its events (bytes) as the choice speaks, and its object when it ends."""
 
-    __slots__ = ("_head", "_framing", "_delta_prefix", "_delta_tail", "content", "_kind", "_parts", "_called")
+    __slots__ = (
+        "_head",
+        "_framing",
+        "_delta_prefix",
+        "_delta_tail",
+        "content",
+        "_kind",
+        "_parts",
+        "_called",
+        "_options",
+    )
 
-    def __init__(self, message_id: str, model: str, framing: EventFraming) -> None:
+    def __init__(
+        self, message_id: str, model: str, framing: EventFraming, options: MessageOptions | None = None
+    ) -> None:
         self._head: dict[str, Any] = {"id": message_id, "type": "message", "role": "assistant", "model": model}
+        self._options = options or MessageOptions()
         self._framing = framing
         prefix, suffix = framing(DELTA)
         self._delta_prefix = prefix + b'{"type":"content_block_delta","index":'
@@ -116,8 +148,9 @@ class MessageEncoder:
                 if self._kind != "thinking":
                     out.append(self._open({"type": "thinking", "thinking": "", "signature": ""}))
                 self._parts.append(event.reasoning)
-                delta = {"type": "thinking_delta", "thinking": event.reasoning}
-                out.append(self._event(DELTA, {"index": len(self.content) - 1, "delta": delta}))
+                if self._options.show_thinking:
+                    delta = {"type": "thinking_delta", "thinking": event.reasoning}
+                    out.append(self._event(DELTA, {"index": len(self.content) - 1, "delta": delta}))
             if event.text:
                 if self._kind != "text":
                     out.append(self._open({"type": "text", "text": ""}))
@@ -156,8 +189,9 @@ class MessageEncoder:
         if kind == "text":
             block["text"] = text
         elif kind == "thinking":
-            block["thinking"] = text
-            block["signature"] = thinking_signature(text)
+            seal = self._options.seal
+            block["thinking"] = text if self._options.show_thinking else ""
+            block["signature"] = seal.seal(text, self._head["model"]) if seal else thinking_signature(text)
             delta = {"type": "signature_delta", "signature": block["signature"]}
             out = self._event(DELTA, {"index": index, "delta": delta})
         else:
@@ -185,12 +219,15 @@ class MessageEncoder:
         """The last events (the open block closed, ``message_delta``, ``message_stop``) and the
         message object."""
         out = self._close()
-        reason = stop_reason(finish_reason, stop_sequence, self._called)
+        options = self._options
+        reason = stop_reason(finish_reason, stop_sequence, self._called, options.window_limited)
         matched = stop_sequence if reason == "stop_sequence" else None
-        delta = {
+        delta: dict[str, Any] = {
             "delta": {"stop_reason": reason, "stop_sequence": matched},
             "usage": {"output_tokens": usage.completion_tokens},
         }
+        if options.context_management is not None:
+            delta["context_management"] = options.context_management
         out += self._event("message_delta", delta) + self._event("message_stop", {})
         message: dict[str, Any] = {
             **self._head,
@@ -199,6 +236,8 @@ class MessageEncoder:
             "stop_sequence": matched,
             "usage": message_usage(usage),
         }
+        if options.context_management is not None:
+            message["context_management"] = options.context_management
         return out, message
 
 

@@ -24,7 +24,8 @@ of the text and one concatenation. Everything else happens a few times per respo
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -33,6 +34,7 @@ from gateway.core.assemble import ChoiceEvent, Usage
 from gateway.core.toolcalls import ToolCallOut
 from gateway.openai.jsonbytes import dumps
 from gateway.plan.responses_input import item_id_of
+from gateway.reasoning.seal import ReasoningSeal
 
 Framing = tuple[bytes, bytes]
 EventFraming = Callable[[str], Framing]
@@ -54,6 +56,24 @@ def response_usage(usage: Usage) -> dict[str, Any]:
         "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens or 0},
         "total_tokens": usage.total_tokens,
     }
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseOptions:
+    """What the request decided about its items beyond their content."""
+
+    seal: ReasoningSeal | None = None
+    """Set (``include: ["reasoning.encrypted_content"]``): each reasoning item carries its text
+    sealed, for a client that keeps no store to send back."""
+    summarize: bool = False
+    """``reasoning.summary`` set: the reasoning item's ``summary`` carries its text too (one
+    ``summary_text`` part, streamed as ``response.reasoning_summary_text.delta``)."""
+    namespaced: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    """A call's name as the model knows it → the namespace and name it goes back under."""
+
+
+def _summary_part(text: str) -> dict[str, Any]:
+    return {"type": "summary_text", "text": text}
 
 
 def _reasoning_part(text: str) -> dict[str, Any]:
@@ -81,10 +101,12 @@ class ResponseEncoder:
         "_thought_index",
         "_thoughts",
         "_call_index",
+        "_options",
     )
 
-    def __init__(self, head: dict[str, Any], framing: EventFraming) -> None:
+    def __init__(self, head: dict[str, Any], framing: EventFraming, options: ResponseOptions | None = None) -> None:
         self._head = head
+        self._options = options or ResponseOptions()
         self._framing = framing
         prefix, suffix = framing(DELTA)
         self._delta_prefix = prefix + b'{"type":"' + DELTA.encode() + b'","sequence_number":'
@@ -176,14 +198,22 @@ class ResponseEncoder:
         added = self._event("response.output_item.added", {"output_index": index, "item": item})
         self._thought = {"item_id": item_id, "output_index": index, "content_index": 0}
         part = self._event("response.content_part.added", {**self._thought, "part": _reasoning_part("")})
+        if self._options.summarize:
+            summary = {"item_id": item_id, "output_index": index, "summary_index": 0, "part": _summary_part("")}
+            part += self._event("response.reasoning_summary_part.added", summary)
         self.output.append(item)
         self._thought_index = index
         return added + part
 
     def _reasoning_delta(self, text: str) -> bytes:
         self._thoughts.append(text)
-        assert self._thought is not None
-        return self._event("response.reasoning_text.delta", {**self._thought, "delta": text})
+        ids = self._thought
+        assert ids is not None
+        out = self._event("response.reasoning_text.delta", {**ids, "delta": text})
+        if self._options.summarize:
+            summary = {"item_id": ids["item_id"], "output_index": ids["output_index"], "summary_index": 0}
+            out += self._event("response.reasoning_summary_text.delta", {**summary, "delta": text})
+        return out
 
     def _close_reasoning(self, status: str) -> bytes:
         ids = self._thought
@@ -194,6 +224,14 @@ class ResponseEncoder:
         out += self._event("response.content_part.done", {**ids, "part": part})
         item = self.output[self._thought_index]
         item["status"], item["content"] = status, [part]
+        options = self._options
+        if options.summarize:
+            summary = {"item_id": ids["item_id"], "output_index": ids["output_index"], "summary_index": 0}
+            out += self._event("response.reasoning_summary_text.done", {**summary, "text": text})
+            out += self._event("response.reasoning_summary_part.done", {**summary, "part": _summary_part(text)})
+            item["summary"] = [_summary_part(text)]
+        if options.seal is not None:
+            item["encrypted_content"] = options.seal.seal(text, self._head["model"])
         self._thought = None
         return out + self._event("response.output_item.done", {"output_index": self._thought_index, "item": item})
 
@@ -224,6 +262,9 @@ class ResponseEncoder:
                 "call_id": call.id,
                 "name": call.name,
             }
+            namespaced = self._options.namespaced.get(call.name)
+            if namespaced is not None:
+                item["namespace"], item["name"] = namespaced
             self.output.append(item)
             self._call_index = index
             out += self._event("response.output_item.added", {"output_index": index, "item": dict(item)})

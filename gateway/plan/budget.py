@@ -75,15 +75,20 @@ def resolve_max_tokens(
     prompt_tokens: int | None,
     max_model_len: int | None,
     fallback: int,
+    up_to_context: bool = False,
 ) -> int:
     """How many tokens to ask for: what was requested, else all the room the context leaves.
 
     Raises ``ContextLengthExceededError`` when the prompt, or the prompt plus the request, does not
-    fit, with OpenAI's wording so clients that parse it keep working.
+    fit, with OpenAI's wording so clients that parse it keep working. ``up_to_context`` (the
+    Messages API, whose clients send one ``max_tokens`` for every model): a request larger than
+    the room left is lowered to it, and only a prompt that fills the context is refused.
     """
     if max_model_len is None or prompt_tokens is None:
         return requested if requested is not None else fallback
     room = max_model_len - prompt_tokens
+    if up_to_context and requested is not None and room > 0:
+        return min(requested, room)
     if room <= 0 or (requested is not None and requested > room):
         asked = requested if requested is not None else 1
         raise ContextLengthExceededError(
@@ -104,13 +109,23 @@ async def plan_budget(
     *,
     min_tokens: int | None = None,
     param: str = "prompt",
+    up_to_context: bool = False,
 ) -> tuple[int, int | None]:
     """``token_budget`` with the prompt counted only when needed, and off the event loop when long.
     A prompt over the gateway's limits is refused before any counting."""
     cap = settings.limits_for(model.name)[2]
     check_prompt_limits(prompt, requested, max_prompt_chars=settings.max_prompt_chars, max_tokens_cap=cap)
     counted = await counter.count(counting_for(model), prompt) if count_needed(requested, model, prompt) else None
-    return _budget(requested, model, prompt, settings, min_tokens=min_tokens, param=param, prompt_tokens=counted)
+    return _budget(
+        requested,
+        model,
+        prompt,
+        settings,
+        min_tokens=min_tokens,
+        param=param,
+        prompt_tokens=counted,
+        up_to_context=up_to_context,
+    )
 
 
 def token_budget(
@@ -144,6 +159,7 @@ def _budget(
     min_tokens: int | None,
     param: str,
     prompt_tokens: int | None,
+    up_to_context: bool = False,
 ) -> tuple[int, int | None]:
     cap = settings.limits_for(model.name)[2]
     if prompt_tokens == 0:
@@ -153,6 +169,7 @@ def _budget(
         prompt_tokens=prompt_tokens,
         max_model_len=model.max_model_len,
         fallback=settings.default_max_tokens,
+        up_to_context=up_to_context,
     )
     if cap is not None:
         max_tokens = min(max_tokens, cap)

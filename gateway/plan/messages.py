@@ -5,16 +5,24 @@ planned by ``prepare.prepare_chat`` itself: the model, the template, the token b
 reasoning and every check are chat's, and the core cannot tell the two apart. What is the Messages
 API's own is decided here:
 
-- the conversation: ``system`` (a string or text blocks) becomes a system message; an assistant
-  turn's ``text``, ``thinking`` and ``tool_use`` blocks become one assistant message (content,
-  reasoning, tool calls); a user turn's ``tool_result`` blocks become tool messages and its
-  ``text``/``image`` blocks user messages, in their order; a last assistant turn is a prefill the
-  model continues (``continue_final_message``);
-- tools (``input_schema`` is chat's ``parameters``; Anthropic's server tools are refused by name),
+- the conversation: ``system`` (a string or text blocks) becomes a system message, and so does a
+  ``system`` turn inside ``messages``, where it was sent; an assistant turn's ``text``,
+  ``thinking`` and ``tool_use`` blocks become one assistant message (content, reasoning, tool
+  calls), a thinking block's text read from its sealed ``signature`` where it is this gateway's
+  (``reasoning.seal``: the client may send it back emptied); a user turn's ``tool_result`` blocks
+  become tool messages and its ``text``/``image`` blocks user messages, in their order; a last
+  assistant turn is a prefill the model continues (``continue_final_message``);
+- ``context_management`` edits (``plan/context_edits.py``), applied to the turns first;
+- tools (``input_schema`` is chat's ``parameters``; Anthropic's server tools are refused by name;
+  a ``defer_loading`` tool joins the prompt only once a ``tool_reference`` loads it),
   ``tool_choice`` (``auto``/``any``/``tool``/``none``, ``disable_parallel_tool_use``);
-- ``thinking``: the template's switches (``enable_thinking``, ``thinking``) as
-  ``chat_template_kwargs`` would set them, and whether the reasoning is answered as thinking
-  blocks; ``budget_tokens`` is checked as Anthropic checks it and not enforced;
+- ``thinking``: ``enabled`` and ``adaptive`` turn the template's switches (``enable_thinking``,
+  ``thinking``) on as ``chat_template_kwargs`` would, ``disabled`` off; ``budget_tokens`` is
+  checked as Anthropic checks it and not enforced; ``display: "omitted"`` sends thinking blocks
+  without their text. ``output_config.effort`` is chat's ``reasoning_effort``, its ``format``
+  chat's ``response_format``;
+- ``max_tokens`` over the room the prompt leaves is lowered to it (Anthropic's clients send one
+  ``max_tokens`` for every model); running out of it is ``model_context_window_exceeded``;
 - stop sequences are sent to the backend to be kept in its output and cut by the gateway's own
   assembly, which then knows which one matched (``stop_sequence`` in the answer; ``cut_stops_here``).
 
@@ -31,14 +39,32 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
 from gateway.config import Settings
 from gateway.core.generation_plan import GenerationPlan
 from gateway.errors import InvalidRequestError
 from gateway.models.catalog import ModelCatalog
+from gateway.plan.context_edits import (
+    CLEAR_THINKING,
+    CLEAR_TOOL_USES,
+    check_edits,
+    clear_thinking,
+    clear_tool_uses,
+    thinking_keep,
+    tool_use_edit,
+    tool_uses_over,
+)
 from gateway.plan.count import count_chat_prompt
-from gateway.plan.messages_request import MIN_THINKING_BUDGET, MessagesCountRequest, MessagesRequest
+from gateway.plan.messages_request import (
+    MIN_THINKING_BUDGET,
+    AnthropicMessage,
+    MessagesCountRequest,
+    MessagesRequest,
+)
 from gateway.plan.prepare import RequestContext, prepare_chat
 from gateway.plan.requests import ChatCompletionRequest
+from gateway.reasoning.seal import ReasoningSeal
 
 THINKING_SWITCHES = ("enable_thinking", "thinking")
 """The chat template variables that turn a model's reasoning on and off (Qwen3 and GLM read
@@ -52,27 +78,87 @@ class MessagesPlan:
     generation: GenerationPlan
     message_id: str
     model: str
+    show_thinking: bool = True
+    """``thinking.display`` is not ``omitted``: thinking blocks carry their text."""
+    window_limited: bool = False
+    """``max_tokens`` was lowered to what the context leaves (``model_context_window_exceeded``)."""
+    context_management: dict[str, Any] | None = None
+    """``{"applied_edits": [...]}``, answered when the request asked for context editing."""
 
 
 async def prepare_message(
-    body: MessagesRequest, context: RequestContext, catalog: ModelCatalog, settings: Settings
+    body: MessagesRequest, context: RequestContext, catalog: ModelCatalog, settings: Settings, seal: ReasoningSeal
 ) -> MessagesPlan:
     check_thinking(body)
-    chat, origins = to_chat_request(body)
+    body, applied = await edit_context(body, catalog, settings, seal)
+    chat, origins = to_chat_request(body, seal)
+    context = dataclasses.replace(context, max_tokens_up_to_context=True)
     try:
         generation = await prepare_chat(chat, context, catalog, settings)
     except InvalidRequestError as exc:
         exc.param = messages_param(exc.param, origins)
         raise
-    thinking = body.thinking is not None and body.thinking.type == "enabled"
-    if thinking and generation.reasoning is None:
+    thinking = body.thinking
+    if thinking is not None and thinking.type == "enabled" and generation.reasoning is None:
         raise InvalidRequestError(
             f"thinking is not supported by the model '{body.model}': it has no reasoning parser "
             "(set one in GATEWAY_MODEL_FILES)",
             param="thinking",
         )
     generation = dataclasses.replace(cut_stops_here(generation), api="messages")
-    return MessagesPlan(generation=generation, message_id=f"msg_{os.urandom(12).hex()}", model=body.model)
+    return MessagesPlan(
+        generation=generation,
+        message_id=f"msg_{os.urandom(12).hex()}",
+        model=body.model,
+        show_thinking=thinking is None or thinking.display != "omitted",
+        window_limited=generation.max_tokens[0] < body.max_tokens,
+        context_management=None if body.context_management is None else {"applied_edits": applied},
+    )
+
+
+async def edit_context(
+    body: MessagesCountRequest, catalog: ModelCatalog, settings: Settings, seal: ReasoningSeal
+) -> tuple[Any, list[dict[str, Any]]]:
+    """The request with its ``context_management`` edits applied, and what each one cleared (as
+    Anthropic reports it). The prompt is counted only where an edit needs it: for a token trigger,
+    and, where an edit clears something, before and after it for ``cleared_input_tokens``."""
+    edits = body.context_management.edits if body.context_management is not None else []
+    if not edits:
+        return body, []
+    check_edits(edits)
+
+    async def count(messages: list[AnthropicMessage]) -> int:
+        chat, _ = to_chat_request(body.model_copy(update={"messages": messages}), seal)
+        return await count_chat_prompt(chat, catalog, settings)
+
+    messages = list(body.messages)
+    counted: int | None = None
+    """The count of ``messages`` as they now are, once needed."""
+    applied: list[dict[str, Any]] = []
+    for index, edit in enumerate(edits):
+        where = f"context_management.edits.{index}"
+        if edit["type"] == CLEAR_THINKING:
+            edited, cleared = clear_thinking(messages, thinking_keep(edit, where))
+            report = {"type": CLEAR_THINKING, "cleared_thinking_turns": cleared}
+        else:
+            rule = tool_use_edit(edit, where)
+            if rule.trigger_kind == "input_tokens" and counted is None:
+                counted = await count(messages)
+            if not tool_uses_over(messages, rule, counted or 0):
+                continue
+            edited, cleared = clear_tool_uses(messages, rule)
+            report = {"type": CLEAR_TOOL_USES, "cleared_tool_uses": cleared}
+        if not cleared:
+            continue
+        if counted is None:
+            counted = await count(messages)
+        after = await count(edited)
+        if report["type"] == CLEAR_TOOL_USES and counted - after < rule.clear_at_least:
+            continue  # clearing would not free enough: Anthropic leaves the conversation as it was
+        report["cleared_input_tokens"] = max(counted - after, 0)
+        messages, counted = edited, after
+        applied.append(report)
+    return body.model_copy(update={"messages": messages}), applied
 
 
 def cut_stops_here(generation: GenerationPlan) -> GenerationPlan:
@@ -95,10 +181,14 @@ def cut_stops_here(generation: GenerationPlan) -> GenerationPlan:
     return dataclasses.replace(generation, include_stop=False)
 
 
-async def count_message_tokens(body: MessagesCountRequest, catalog: ModelCatalog, settings: Settings) -> int:
-    """The ``input_tokens`` the same request would be billed: its chat request's prompt, counted."""
+async def count_message_tokens(
+    body: MessagesCountRequest, catalog: ModelCatalog, settings: Settings, seal: ReasoningSeal
+) -> int:
+    """The ``input_tokens`` the same request would be billed: its chat request's prompt (after its
+    context edits), counted."""
     check_thinking(body)
-    chat, origins = to_chat_request(body)
+    body, _ = await edit_context(body, catalog, settings, seal)
+    chat, origins = to_chat_request(body, seal)
     try:
         return await count_chat_prompt(chat, catalog, settings)
     except InvalidRequestError as exc:
@@ -107,10 +197,16 @@ async def count_message_tokens(body: MessagesCountRequest, catalog: ModelCatalog
 
 
 def check_thinking(body: MessagesCountRequest) -> None:
-    """Anthropic's rules for ``thinking``: a budget of at least 1024 tokens, below ``max_tokens``,
-    and no tool use forced beside it."""
+    """Anthropic's rules for ``thinking``: a budget of at least 1024 tokens, below ``max_tokens``
+    (``enabled``; ``adaptive`` has none), and no tool use forced beside it."""
     thinking = body.thinking
     if thinking is None or thinking.type == "disabled":
+        return
+    if body.tool_choice is not None and body.tool_choice.get("type") in ("any", "tool"):
+        raise InvalidRequestError(
+            "Thinking may not be enabled when tool_choice forces tool use.", param="tool_choice.type"
+        )
+    if thinking.type == "adaptive":
         return
     budget = thinking.budget_tokens
     if budget is None:
@@ -125,28 +221,28 @@ def check_thinking(body: MessagesCountRequest) -> None:
             f"thinking.budget_tokens ({budget}) must be less than max_tokens ({body.max_tokens})",
             param="thinking.budget_tokens",
         )
-    if body.tool_choice is not None and body.tool_choice.get("type") in ("any", "tool"):
-        raise InvalidRequestError(
-            "Thinking may not be enabled when tool_choice forces tool use.", param="tool_choice.type"
-        )
 
 
-def to_chat_request(body: MessagesCountRequest) -> tuple[ChatCompletionRequest, list[str]]:
+def to_chat_request(body: MessagesCountRequest, seal: ReasoningSeal) -> tuple[ChatCompletionRequest, list[str]]:
     """The chat request with the same meaning, and where each of its messages came from."""
-    messages, origins = to_chat_messages(body)
-    tools = chat_tools(body.tools) if body.tools else None
-    choice, parallel = chat_tool_choice(body.tool_choice, tools is not None)
+    messages, origins = to_chat_messages(body, seal)
+    loaded = loaded_tools(body.messages)
+    tools = chat_tools(body.tools, loaded) if body.tools else None
+    choice, parallel = chat_tool_choice(body.tool_choice, bool(tools))
     thinking = body.thinking
+    output = body.output_config
     fields: dict[str, Any] = {
         "model": body.model,
         "messages": messages,
-        "tools": tools,
+        "tools": tools or None,
         "tool_choice": choice,
         "parallel_tool_calls": parallel,
-        "include_reasoning": thinking is not None and thinking.type == "enabled",
+        "include_reasoning": thinking is not None and thinking.on,
+        "reasoning_effort": output.effort if output is not None else None,
+        "response_format": output_format(output.format) if output is not None and output.format else None,
     }
     if thinking is not None:
-        fields["chat_template_kwargs"] = dict.fromkeys(THINKING_SWITCHES, thinking.type == "enabled")
+        fields["chat_template_kwargs"] = dict.fromkeys(THINKING_SWITCHES, thinking.on)
     if messages[-1]["role"] == "assistant" and not messages[-1].get("tool_calls"):
         fields.update(continue_final_message=True, add_generation_prompt=False)  # a prefill
     if isinstance(body, MessagesRequest):
@@ -161,10 +257,24 @@ def to_chat_request(body: MessagesCountRequest) -> tuple[ChatCompletionRequest, 
             include_stop_str_in_output=bool(stops),
             user=body.metadata.user_id if body.metadata is not None else None,
         )
-    return ChatCompletionRequest.model_validate(fields), origins
+    try:
+        return ChatCompletionRequest.model_validate(fields), origins
+    except ValidationError as exc:  # a bound of chat's that Anthropic's field does not have
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"])
+        raise InvalidRequestError(f"Invalid value for '{where}': {error['msg']}", param=where) from exc
 
 
-def to_chat_messages(body: MessagesCountRequest) -> tuple[list[dict[str, Any]], list[str]]:
+def output_format(value: dict[str, Any]) -> dict[str, Any]:
+    """``output_config.format`` (``{"type": "json_schema", "schema": ...}``) → chat's ``response_format``."""
+    if value.get("type") != "json_schema" or not isinstance(value.get("schema"), dict):
+        raise InvalidRequestError(
+            "output_config.format must be {'type': 'json_schema', 'schema': {...}}", param="output_config.format"
+        )
+    return {"type": "json_schema", "json_schema": {"name": "output", "schema": value["schema"]}}
+
+
+def to_chat_messages(body: MessagesCountRequest, seal: ReasoningSeal) -> tuple[list[dict[str, Any]], list[str]]:
     """Chat messages, and per message the Messages field it came from (``system``, ``messages.N``)."""
     messages: list[dict[str, Any]] = []
     origins: list[str] = []
@@ -176,8 +286,10 @@ def to_chat_messages(body: MessagesCountRequest) -> tuple[list[dict[str, Any]], 
         where = f"messages.{index}"
         if isinstance(message.content, str):
             turn = [{"role": message.role, "content": message.content}]
+        elif message.role == "system":
+            turn = [{"role": "system", "content": blocks_text(message.content, f"{where}.content")}]
         elif message.role == "assistant":
-            turn = [assistant_message(message.content, where)]
+            turn = [assistant_message(message.content, where, seal, body.model)]
         else:
             turn = user_messages(message.content, where)
         messages.extend(turn)
@@ -199,21 +311,27 @@ def _string(block: dict[str, Any], key: str, where: str) -> str:
     return value
 
 
-def blocks_text(blocks: list[dict[str, Any]], where: str) -> str:
-    """Text blocks joined (``system``, a tool result's content): any other block is a 400."""
+def blocks_text(blocks: list[dict[str, Any]], where: str, *, references: bool = False) -> str:
+    """Text blocks joined (``system``, a tool result's content): any other block is a 400, but
+    for ``tool_reference`` blocks where ``references`` (a tool result)."""
     texts = []
     for index, block in enumerate(blocks):
         at = f"{where}.{index}"
         kind = _block(block, at)
+        if kind == "tool_reference" and references:
+            texts.append(f"Tool loaded: {_string(block, 'tool_name', at)}")
+            continue
         if kind != "text":
             raise InvalidRequestError(f"content blocks of type '{kind}' are not supported here", param=f"{at}.type")
         texts.append(_string(block, "text", at))
     return "\n".join(texts)
 
 
-def assistant_message(blocks: list[dict[str, Any]], where: str) -> dict[str, Any]:
+def assistant_message(blocks: list[dict[str, Any]], where: str, seal: ReasoningSeal, model: str) -> dict[str, Any]:
     """An assistant turn: its text, its thinking (sent back for interleaved-thinking templates)
-    and its tool calls, as one chat message."""
+    and its tool calls, as one chat message. A thinking block whose ``signature`` is this
+    gateway's seal for the model gives the sealed text (the block's own may be empty or edited);
+    any other is taken as written."""
     texts: list[str] = []
     thoughts: list[str] = []
     calls: list[dict[str, Any]] = []
@@ -223,7 +341,9 @@ def assistant_message(blocks: list[dict[str, Any]], where: str) -> dict[str, Any
         if kind == "text":
             texts.append(_string(block, "text", at))
         elif kind == "thinking":
-            thoughts.append(_string(block, "thinking", at))
+            signature = block.get("signature")
+            sealed = seal.open(signature, model) if isinstance(signature, str) and signature else None
+            thoughts.append(sealed if sealed is not None else _string(block, "thinking", at))
         elif kind == "redacted_thinking":
             continue  # encrypted by another server: nothing a template can read
         elif kind == "tool_use":
@@ -295,17 +415,42 @@ def image_part(block: dict[str, Any], where: str) -> dict[str, Any]:
 
 
 def tool_message(block: dict[str, Any], where: str) -> dict[str, Any]:
+    """A ``tool_result``: its text; a ``tool_reference`` among its blocks (a tool search's answer)
+    says the tool it loads, whose definition joins the prompt's tools (``loaded_tools``)."""
     content = block.get("content", "")
     if isinstance(content, list):
-        content = blocks_text(content, f"{where}.content")
+        content = blocks_text(content, f"{where}.content", references=True)
     elif not isinstance(content, str):
         raise InvalidRequestError("'content' must be a string or text blocks", param=f"{where}.content")
     return {"role": "tool", "tool_call_id": _string(block, "tool_use_id", where), "content": content}
 
 
-def chat_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def loaded_tools(messages: list[AnthropicMessage]) -> frozenset[str]:
+    """The deferred tools the conversation has loaded: those a ``tool_reference`` block in a
+    tool result names (what a tool search answers)."""
+    names: set[str] = set()
+    for message in messages:
+        if message.role != "user" or isinstance(message.content, str):
+            continue
+        for block in message.content:
+            if (
+                isinstance(block, dict)
+                and block.get("type") == "tool_result"
+                and isinstance(block.get("content"), list)
+            ):
+                names.update(
+                    str(part["tool_name"])
+                    for part in block["content"]
+                    if isinstance(part, dict) and part.get("type") == "tool_reference" and "tool_name" in part
+                )
+    return frozenset(names)
+
+
+def chat_tools(tools: list[dict[str, Any]], loaded: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
     """Anthropic's client tools → chat's function tools; server tools (``web_search_...``,
-    ``bash_...``) run on Anthropic's side and are refused by name."""
+    ``bash_...``) run on Anthropic's side and are refused by name. A tool with
+    ``defer_loading`` costs nothing in the prompt until a tool search loads it (``loaded``), as
+    on Anthropic's API: until then the model neither sees nor can call it."""
     out = []
     for index, tool in enumerate(tools):
         kind = tool.get("type")
@@ -314,6 +459,8 @@ def chat_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 f"tools of type {kind!r} are not supported: only client tools (name, description, input_schema) are",
                 param=f"tools.{index}.type",
             )
+        if tool.get("defer_loading") is True and tool.get("name") not in loaded:
+            continue
         function = {"name": tool.get("name")}
         if "description" in tool:
             function["description"] = tool["description"]

@@ -24,19 +24,45 @@ MIN_THINKING_BUDGET = 1024
 
 class AnthropicMessage(BaseModel):
     """One turn: a string, or a list of content blocks (``text``, ``image``, ``tool_use``,
-    ``tool_result``, ``thinking``)."""
+    ``tool_result``, ``thinking``). ``system``: an instruction in the middle of the conversation
+    (Claude Code sends its environment so)."""
 
     model_config = _LENIENT
-    role: Literal["user", "assistant"]
+    role: Literal["user", "assistant", "system"]
     content: str | list[dict[str, Any]]
 
 
 class Thinking(BaseModel):
-    """``{"type": "enabled", "budget_tokens": N}`` or ``{"type": "disabled"}``."""
+    """``{"type": "enabled", "budget_tokens": N}``, ``{"type": "adaptive"}`` (the model decides,
+    no budget) or ``{"type": "disabled"}``. ``display``: ``summarized`` (the thinking's text in the
+    answer; these models write no summary, so it is the text itself) or ``omitted`` (empty thinking
+    blocks whose ``signature`` still carries the thinking for the next turn)."""
 
     model_config = _LENIENT
-    type: Literal["enabled", "disabled"]
+    type: Literal["enabled", "adaptive", "disabled"]
     budget_tokens: int | None = None
+    display: Literal["summarized", "omitted"] | None = None
+
+    @property
+    def on(self) -> bool:
+        return self.type != "disabled"
+
+
+class OutputConfig(NullMeansDefault):
+    """``output_config``: ``effort`` (reaches the template as chat's ``reasoning_effort``) and
+    ``format`` (a JSON schema the answer follows, as chat's ``response_format``)."""
+
+    model_config = _LENIENT
+    effort: Literal["low", "medium", "high", "xhigh", "max"] | None = None
+    format: dict[str, Any] | None = None
+
+
+class ContextManagement(NullMeansDefault):
+    """``context_management``: the edits applied to the conversation before it is rendered
+    (``plan/context_edits.py``)."""
+
+    model_config = _LENIENT
+    edits: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class Metadata(NullMeansDefault):
@@ -54,6 +80,8 @@ class MessagesCountRequest(NullMeansDefault):
     tools: list[dict[str, Any]] | None = None
     tool_choice: dict[str, Any] | None = None
     thinking: Thinking | None = None
+    output_config: OutputConfig | None = None
+    context_management: ContextManagement | None = None
 
 
 class MessagesRequest(MessagesCountRequest):

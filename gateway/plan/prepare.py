@@ -57,6 +57,9 @@ class RequestContext:
     session_key: str | None = None
     """The ``X-Session-Id`` header: the first of the keys that route a conversation to one
     Triton replica (``session_key_of``)."""
+    max_tokens_up_to_context: bool = False
+    """A ``max_tokens`` over the room the prompt leaves is lowered to it, not refused (the
+    Messages API: ``budget.resolve_max_tokens``)."""
 
 
 class SessionFields(Protocol):
@@ -191,6 +194,7 @@ async def prepare_chat(
         catalog.counter,
         min_tokens=body.min_tokens,
         param="messages",
+        up_to_context=context.max_tokens_up_to_context,
     )
     constrained = tools.structured is not None or structured_outputs(body) is not None
     reasoning = plan_reasoning(body, resolved.model, constrained=constrained, calls=tools.plan is not None)

@@ -15,6 +15,7 @@ field; it is renamed to the Responses field the client sent (``messages`` → ``
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 import time
 from dataclasses import dataclass
@@ -37,9 +38,33 @@ from gateway.plan.responses_input import (
     to_chat_messages,
 )
 from gateway.plan.responses_request import InputTokensRequest, ResponsesRequest, TextConfig
+from gateway.reasoning.seal import ReasoningSeal
 from gateway.store.base import ResponseStore
 
+logger = logging.getLogger(__name__)
+
 TOOL_CHOICE_OPTIONS = ("auto", "none", "required")
+BUILT_IN_TOOLS = frozenset(
+    {
+        "web_search",
+        "web_search_preview",
+        "web_search_2025_08_26",
+        "web_search_preview_2025_03_11",
+        "file_search",
+        "code_interpreter",
+        "image_generation",
+        "computer_use_preview",
+        "computer",
+        "mcp",
+        "local_shell",
+        "shell",
+        "apply_patch",
+        "tool_search",
+    }
+)
+"""Tools OpenAI runs on its own servers (or, for the shell ones, a client runs on a protocol of its
+own): left out of the prompt here."""
+ENCRYPTED_REASONING = "reasoning.encrypted_content"
 INCLUDE_UNSUPPORTED = ("message.output_text.logprobs",)
 """``include`` values asking for something the gateway would have to produce and does not. The
 others ask for items of built-in tools, images or reasoning, which never occur here."""
@@ -61,6 +86,35 @@ class ResponsesPlan:
     """Persist the response when it ends (asked for, and the gateway has a store)."""
     owner: str
     """Whose response it is: the sha256 of the API key ("" when the gateway has no keys)."""
+    tools: ResponsesTools = dataclasses.field(default_factory=lambda: ResponsesTools([], {}, ()))
+    """The tools as offered to the model: what names a call answers with, what was left out."""
+    seal_reasoning: bool = False
+    """``include`` asks for ``reasoning.encrypted_content``: each reasoning item carries its text
+    sealed (``reasoning.seal``)."""
+    summarize_reasoning: bool = False
+    """``reasoning.summary`` is set: each reasoning item's ``summary`` carries its text (these
+    models write no separate summary)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResponsesTools:
+    """The request's tools as the model gets them."""
+
+    chat: list[dict[str, Any]]
+    """Chat's function tools: the request's functions and its namespaces' functions."""
+    namespaced: dict[str, tuple[str, str]]
+    """A namespaced function's name as the model knows it → its namespace and its own name, as
+    the call goes back to the client (``function_call.namespace`` and ``name``)."""
+    ignored: tuple[str, ...]
+    """Built-in tools (``web_search``...) left out: OpenAI runs them on its servers; the gateway
+    cannot, and a client that offers them by default (the Codex CLI) still works without."""
+
+    def model_name(self, namespace: str, name: str) -> str:
+        """The name the model knows a namespace's function by."""
+        for known, (space, own) in self.namespaced.items():
+            if space == namespace and own == name:
+                return known
+        return name
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,19 +128,26 @@ class ResponsesConversation:
     own_items: list[dict[str, Any]]
     root: str
     """The conversation's first response id (this one's, when it has no previous response)."""
+    tools: ResponsesTools
 
 
 async def to_conversation(
-    body: ResponsesRequest, response_id: str, store: ResponseStore | None, owner: str, settings: Settings
+    body: ResponsesRequest,
+    response_id: str,
+    store: ResponseStore | None,
+    owner: str,
+    settings: Settings,
+    seal: ReasoningSeal,
 ) -> ResponsesConversation:
     """The conversation so far (instructions, the stored chain of ``previous_response_id``, the
     input items) as one chat request: what a generation plans and what ``input_tokens`` counts."""
     check_supported(body)
+    tools = responses_tools(body.tools or [], body.tool_choice)
     own_items = normalize_input(body.input, response_id)
     chain = await load_chain(store, body.previous_response_id, owner, settings.max_messages)
     history = history_items(chain)
     own_items = await resolve_references(own_items, history, store, owner)
-    messages, sources = to_chat_messages(history + own_items)
+    messages, sources = to_chat_messages(for_model(history + own_items, tools, seal, body.model))
     if body.instructions is not None:
         messages.insert(0, {"role": "system", "content": body.instructions})
     if not messages:
@@ -95,7 +156,7 @@ async def to_conversation(
         f"input.{source - len(history)}" if source >= len(history) else "previous_response_id" for source in sources
     ]
     root = chain[-1].id if chain else response_id
-    return ResponsesConversation(to_chat_request(body, messages), origins, own_items, root)
+    return ResponsesConversation(to_chat_request(body, messages, tools), origins, own_items, root, tools)
 
 
 async def prepare_response(
@@ -106,9 +167,17 @@ async def prepare_response(
     store: ResponseStore | None,
     owner: str,
     images: ImageFetcher | None = None,
+    seal: ReasoningSeal | None = None,
 ) -> ResponsesPlan:
+    seal = seal or ReasoningSeal.from_setting(settings.reasoning_secret)
     response_id = new_id("resp")
-    conversation = await to_conversation(body, response_id, store, owner, settings)
+    conversation = await to_conversation(body, response_id, store, owner, settings, seal)
+    if conversation.tools.ignored:
+        logger.warning(
+            "response %s: built-in tools left out (the gateway cannot run them): %s",
+            response_id,
+            ", ".join(conversation.tools.ignored),
+        )
     # A conversation's turns share its root response's id as their session key, so a chain of
     # previous_response_id stays on one Triton replica without the client naming a session.
     session = session_key_of(context, body) or f"response:{conversation.root}"
@@ -129,16 +198,25 @@ async def prepare_response(
         previous_response_id=body.previous_response_id,
         store=stored,
         owner=owner,
+        tools=conversation.tools,
+        seal_reasoning=ENCRYPTED_REASONING in (body.include or ()),
+        summarize_reasoning=body.reasoning is not None and body.reasoning.summary is not None,
     )
 
 
 async def count_input_tokens(
-    body: InputTokensRequest, catalog: ModelCatalog, settings: Settings, store: ResponseStore | None, owner: str
+    body: InputTokensRequest,
+    catalog: ModelCatalog,
+    settings: Settings,
+    store: ResponseStore | None,
+    owner: str,
+    seal: ReasoningSeal | None = None,
 ) -> int:
     """``POST /v1/responses/input_tokens``: the ``usage.input_tokens`` the same request would
     report, counted without generating; refused as the request itself would be."""
+    seal = seal or ReasoningSeal.from_setting(settings.reasoning_secret)
     request = body.as_responses_request(default_model(body.model, await catalog.models()))
-    conversation = await to_conversation(request, new_id("resp"), store, owner, settings)
+    conversation = await to_conversation(request, new_id("resp"), store, owner, settings, seal)
     try:
         return await count_chat_prompt(conversation.chat, catalog, settings)
     except InvalidRequestError as exc:
@@ -176,13 +254,18 @@ def _set(value: Any) -> bool:
     return value is not None
 
 
-def to_chat_request(body: ResponsesRequest, messages: list[dict[str, Any]]) -> ChatCompletionRequest:
-    """The chat request with the same meaning. ``tools: []`` is no tools, and ``tool_choice``
-    ``auto`` or ``none`` without tools is no choice (clients send both by default; chat would refuse
-    them)."""
-    tools = chat_tools(body.tools) if body.tools else None
+def to_chat_request(
+    body: ResponsesRequest, messages: list[dict[str, Any]], tools: ResponsesTools | None = None
+) -> ChatCompletionRequest:
+    """The chat request with the same meaning. ``tools: []`` (or only built-in tools) is no
+    tools, and ``tool_choice`` ``auto`` or ``none`` without tools is no choice (clients send both
+    by default; chat would refuse them)."""
+    offered = tools if tools is not None else responses_tools(body.tools or [], body.tool_choice)
+    tools_list = offered.chat or None
     choice = body.tool_choice
-    if tools is None and choice in ("auto", "none"):
+    if isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("namespace"), str):
+        choice = {"type": "function", "name": offered.model_name(choice["namespace"], str(choice.get("name")))}
+    if tools_list is None and choice in ("auto", "none"):
         choice = None
     fields: dict[str, Any] = {name: getattr(body, name) for name in SAMPLING_EXTRAS if name in body.model_fields_set}
     fields.update(
@@ -192,7 +275,7 @@ def to_chat_request(body: ResponsesRequest, messages: list[dict[str, Any]]) -> C
         max_completion_tokens=body.max_output_tokens,
         temperature=body.temperature,
         top_p=body.top_p,
-        tools=tools,
+        tools=tools_list,
         tool_choice=chat_tool_choice(choice),
         parallel_tool_calls=body.parallel_tool_calls,
         response_format=chat_response_format(body.text),
@@ -203,21 +286,93 @@ def to_chat_request(body: ResponsesRequest, messages: list[dict[str, Any]]) -> C
     return ChatCompletionRequest.model_validate(fields)
 
 
-def chat_tools(tools: list[Any]) -> list[dict[str, Any]]:
-    """Flat function tools (``{"type": "function", "name", "parameters"...}``) → chat's nested
-    ones. Built-in tools are refused by name; the function itself is checked by chat's planning."""
-    out = []
+def responses_tools(tools: list[Any], choice: Any = None) -> ResponsesTools:
+    """The tools as the model gets them: flat function tools (``{"type": "function", "name",
+    "parameters"...}``) become chat's nested ones, and so do a ``namespace`` tool's functions,
+    under their own names (or ``<namespace>__<name>`` where two would share one). Built-in tools
+    are left out, unless ``tool_choice`` names one: that the gateway cannot honour (400). Any
+    other type is a 400 naming it; a function itself is checked by chat's planning."""
+    functions: list[tuple[str | None, dict[str, Any], str]] = []
+    ignored: list[str] = []
     for index, tool in enumerate(tools):
+        where = f"tools.{index}"
         kind = tool.get("type") if isinstance(tool, dict) else type(tool).__name__
-        if kind != "function":
-            raise InvalidRequestError(
-                f"tools of type {kind!r} are not supported: only function tools are (built-in tools such as "
-                "web_search or file_search run on OpenAI's servers)",
-                param=f"tools.{index}.type",
+        if kind == "function":
+            functions.append((None, tool, where))
+        elif kind == "namespace":
+            functions.extend(
+                (_namespace_name(tool, where), member, f"{where}.tools.{i}")
+                for i, member in enumerate(_namespace_members(tool, where))
             )
-        assert isinstance(tool, dict)
+        elif isinstance(kind, str) and kind in BUILT_IN_TOOLS:
+            ignored.append(kind)
+        else:
+            raise InvalidRequestError(
+                f"tools of type {kind!r} are not supported: use function and namespace tools (built-in tools "
+                "such as web_search are left out: they run on OpenAI's servers)",
+                param=f"{where}.type",
+            )
+    if isinstance(choice, dict) and choice.get("type") in BUILT_IN_TOOLS:
+        raise InvalidRequestError(
+            f"tool_choice {choice['type']!r} asks for a built-in tool, which this gateway cannot run",
+            param="tool_choice.type",
+        )
+    counts: dict[str, int] = {}
+    for _, tool, _ in functions:
+        counts[str(tool.get("name"))] = counts.get(str(tool.get("name")), 0) + 1
+    chat: list[dict[str, Any]] = []
+    namespaced: dict[str, tuple[str, str]] = {}
+    for namespace, tool, _ in functions:
         function = {key: tool[key] for key in ("name", "description", "parameters", "strict") if key in tool}
-        out.append({"type": "function", "function": function})
+        if namespace is not None:
+            own = str(tool.get("name"))
+            name = own if counts[own] == 1 else f"{namespace}__{own}"
+            function["name"] = name
+            namespaced[name] = (namespace, own)
+        chat.append({"type": "function", "function": function})
+    return ResponsesTools(chat, namespaced, tuple(ignored))
+
+
+def _namespace_name(tool: dict[str, Any], where: str) -> str:
+    name = tool.get("name")
+    if not isinstance(name, str) or not name:
+        raise InvalidRequestError("a namespace tool needs a 'name'", param=f"{where}.name")
+    return name
+
+
+def _namespace_members(tool: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    members = tool.get("tools")
+    if not isinstance(members, list):
+        raise InvalidRequestError("a namespace tool needs a 'tools' list", param=f"{where}.tools")
+    for index, member in enumerate(members):
+        if not isinstance(member, dict) or member.get("type") != "function":
+            kind = member.get("type") if isinstance(member, dict) else None
+            raise InvalidRequestError(
+                f"tools of type {kind!r} are not supported in a namespace: only function tools are",
+                param=f"{where}.tools.{index}.type",
+            )
+    return members
+
+
+def for_model(
+    items: list[dict[str, Any]], tools: ResponsesTools, seal: ReasoningSeal, model: str
+) -> list[dict[str, Any]]:
+    """The conversation's items as the model reads them: a namespaced call under the name the
+    model knows, a reasoning item with sealed content under its text (``encrypted_content``
+    that is not this gateway's seal for the model: the item's own text, and a warning)."""
+    out = []
+    for item in items:
+        if item["type"] == "function_call" and "namespace" in item:
+            item = {**item, "name": tools.model_name(item["namespace"], item["name"])}
+        elif item["type"] == "reasoning" and "encrypted_content" in item:
+            text = seal.open(item["encrypted_content"], model)
+            if text is None:
+                logger.warning(
+                    "a reasoning item's encrypted_content did not open (another key or model): its text is used"
+                )
+            else:
+                item = {**item, "content": [{"type": "reasoning_text", "text": text}]}
+        out.append(item)
     return out
 
 

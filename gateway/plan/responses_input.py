@@ -68,7 +68,7 @@ def _normalize_item(item: dict[str, Any], where: str) -> dict[str, Any]:
     if kind == "message":
         return _normalize_message(item, where)
     if kind == "function_call":
-        return {
+        call = {
             "id": _optional_id(item, where),
             "type": "function_call",
             "call_id": _string(item, "call_id", where),
@@ -76,6 +76,9 @@ def _normalize_item(item: dict[str, Any], where: str) -> dict[str, Any]:
             "arguments": _string(item, "arguments", where),
             "status": "completed",
         }
+        if item.get("namespace") is not None:  # a function of a namespace tool
+            call["namespace"] = _string(item, "namespace", where)
+        return call
     if kind == "function_call_output":
         return {
             "id": _optional_id(item, where),
@@ -87,13 +90,16 @@ def _normalize_item(item: dict[str, Any], where: str) -> dict[str, Any]:
     if kind == "item_reference":
         return {"type": "item_reference", "id": _string(item, "id", where)}
     if kind == "reasoning":
-        return {
+        reasoning = {
             "id": _optional_id(item, where),
             "type": "reasoning",
             "summary": [],
             "content": [{"type": "reasoning_text", "text": _reasoning_text(item, where)}],
             "status": "completed",
         }
+        if item.get("encrypted_content") is not None:  # opened by ``responses.open_sealed``
+            reasoning["encrypted_content"] = _string(item, "encrypted_content", where)
+        return reasoning
     raise InvalidRequestError(
         f"input items of type {kind!r} are not supported: use message, function_call, function_call_output, "
         "reasoning and item_reference items",

@@ -70,6 +70,8 @@ class ResponsesRequest(SamplingExtras):
     metadata: dict[str, str] | None = None
     user: str | None = None
     prompt_cache_key: str | None = None
+    client_metadata: dict[str, Any] | None = None
+    """Free-form data about the client (the Codex CLI sends its turn ids): accepted, not echoed."""
     stream: bool = False
     store: bool = True
     previous_response_id: str | None = Field(default=None, min_length=1)

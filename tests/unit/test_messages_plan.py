@@ -16,9 +16,17 @@ from gateway.plan.messages import (
     check_thinking,
     cut_stops_here,
     messages_param,
-    to_chat_request,
 )
+from gateway.plan.messages import to_chat_request as plan_chat_request
 from gateway.plan.messages_request import MessagesCountRequest, MessagesRequest
+from gateway.plan.requests import ChatCompletionRequest
+from gateway.reasoning.seal import ReasoningSeal
+
+SEAL = ReasoningSeal(["unit-test secret"])
+
+
+def to_chat_request(body: MessagesCountRequest) -> tuple[ChatCompletionRequest, list[str]]:
+    return plan_chat_request(body, SEAL)
 
 
 def request(**fields: Any) -> MessagesRequest:

@@ -245,7 +245,7 @@ async def test_a_chain_renders_history_and_the_store_serves_it(tmp_path: Path) -
     [
         ({"background": True}, "background"),
         ({"reasoning": {"effort": "extreme"}}, "reasoning.effort"),
-        ({"tools": [{"type": "web_search"}]}, "tools.0.type"),
+        ({"tools": [{"type": "custom", "name": "patch"}]}, "tools.0.type"),
         (
             {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "x"}]}]},
             "input.0.content.0.type",
@@ -255,7 +255,7 @@ async def test_a_chain_renders_history_and_the_store_serves_it(tmp_path: Path) -
         ({"input": []}, "input"),
         ({"tools": [{"type": "function", "name": "has space"}]}, "tools.0.name"),
         ({"text": {"format": {"type": "json_schema", "name": "x"}}}, "text.format.schema"),
-        ({"tool_choice": {"type": "file_search"}, "tools": TOOLS}, "tool_choice"),
+        ({"tool_choice": {"type": "file_search"}, "tools": TOOLS}, "tool_choice.type"),
         ({"truncation": "auto"}, "truncation"),
         ({"metadata": {"k" * 65: "v"}}, "metadata"),
         ({"tools": TOOLS, "tool_choice": {"type": "function", "name": "nope"}}, "tool_choice"),

@@ -11,10 +11,11 @@ from gateway.errors import InvalidRequestError
 from gateway.plan.responses import (
     chat_response_format,
     chat_tool_choice,
-    chat_tools,
     check_supported,
+    for_model,
     response_head,
     responses_param,
+    responses_tools,
     to_chat_request,
 )
 from gateway.plan.responses_input import (
@@ -26,6 +27,7 @@ from gateway.plan.responses_input import (
     to_chat_messages,
 )
 from gateway.plan.responses_request import ResponsesRequest
+from gateway.reasoning.seal import ReasoningSeal
 from gateway.store.base import StoredResponse
 
 pytestmark = pytest.mark.anyio
@@ -200,15 +202,50 @@ async def test_a_missing_link_another_owner_or_a_too_long_chain_is_a_400() -> No
 
 def test_flat_function_tools_become_chats_nested_ones() -> None:
     tool = {"type": "function", "name": "f", "description": "d", "parameters": {"type": "object"}, "strict": True}
-    assert chat_tools([tool]) == [
+    assert responses_tools([tool]).chat == [
         {
             "type": "function",
             "function": {"name": "f", "description": "d", "parameters": {"type": "object"}, "strict": True},
         }
     ]
     with pytest.raises(InvalidRequestError) as info:
-        chat_tools([tool, {"type": "file_search", "vector_store_ids": []}])
-    assert info.value.param == "tools.1.type" and "file_search" in info.value.message
+        responses_tools([tool, {"type": "custom", "name": "patch"}])
+    assert info.value.param == "tools.1.type" and "custom" in info.value.message
+
+
+def test_built_in_tools_are_left_out_unless_tool_choice_asks_for_one() -> None:
+    tool = {"type": "function", "name": "f", "parameters": {"type": "object"}}
+    offered = responses_tools([tool, {"type": "web_search", "external_web_access": False}, {"type": "file_search"}])
+    assert [t["function"]["name"] for t in offered.chat] == ["f"]
+    assert offered.ignored == ("web_search", "file_search")
+    with pytest.raises(InvalidRequestError) as info:
+        responses_tools([tool, {"type": "web_search"}], {"type": "web_search"})
+    assert info.value.param == "tool_choice.type"
+
+
+def test_a_namespaces_functions_are_offered_under_their_names_and_answered_with_the_namespace() -> None:
+    member = {"type": "function", "name": "close_agent", "parameters": {"type": "object"}}
+    clash = {"type": "function", "name": "spawn", "parameters": {"type": "object"}}
+    namespace = {"type": "namespace", "name": "agents", "description": "d", "tools": [member, clash]}
+    offered = responses_tools([clash, namespace])
+    assert [t["function"]["name"] for t in offered.chat] == ["spawn", "close_agent", "agents__spawn"]
+    assert offered.namespaced == {"close_agent": ("agents", "close_agent"), "agents__spawn": ("agents", "spawn")}
+    assert offered.model_name("agents", "spawn") == "agents__spawn"
+    assert offered.model_name("other", "x") == "x"
+    with pytest.raises(InvalidRequestError) as info:
+        responses_tools([{"type": "namespace", "name": "n", "tools": [{"type": "custom", "name": "c"}]}])
+    assert info.value.param == "tools.0.tools.0.type"
+
+
+def test_sealed_reasoning_reaches_the_model_and_a_foreign_blob_falls_back_to_the_items_text() -> None:
+    seal = ReasoningSeal(["k"])
+    offered = responses_tools([])
+    sealed = {"type": "reasoning", "content": [{"type": "reasoning_text", "text": ""}], "encrypted_content": ""}
+    good = {**sealed, "encrypted_content": seal.seal("I thought", "m")}
+    other_model = {**sealed, "encrypted_content": seal.seal("I thought", "n")}
+    foreign = {**sealed, "content": [{"type": "reasoning_text", "text": "plain"}], "encrypted_content": "x" * 40}
+    out = for_model([good, other_model, foreign], offered, seal, "m")
+    assert [item["content"][0]["text"] for item in out] == ["I thought", "", "plain"]
 
 
 @pytest.mark.parametrize(

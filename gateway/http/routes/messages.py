@@ -25,12 +25,13 @@ router = APIRouter()
 async def create_message(body: MessagesRequest, request: Request, components: ComponentsDep) -> Response:
     log_unknown_fields(body)
     context = request_context(request, components.settings)
-    plan = await prepare_message(body, context, components.catalog, components.settings)
-    return await respond(request, components.service, plan.generation, components.settings, MessagesAnswer(plan))
+    plan = await prepare_message(body, context, components.catalog, components.settings, components.seal)
+    answer = MessagesAnswer(plan, components.seal)
+    return await respond(request, components.service, plan.generation, components.settings, answer)
 
 
 @router.post("/v1/messages/count_tokens")
 async def count_tokens(body: MessagesCountRequest, request: Request, components: ComponentsDep) -> JSONBytesResponse:
     log_unknown_fields(body)
-    count = await count_message_tokens(body, components.catalog, components.settings)
+    count = await count_message_tokens(body, components.catalog, components.settings, components.seal)
     return JSONBytesResponse(count_object(count))

@@ -23,6 +23,9 @@ from gateway.store.base import ResponseStore, StoredResponse
 
 router = APIRouter()
 
+IGNORED_TOOLS_HEADER = "x-gateway-ignored-tools"
+"""Names the built-in tools (``web_search``...) a response was planned without."""
+
 
 @router.post("/v1/responses", response_model=None)
 async def create_response(body: ResponsesRequest, request: Request, components: ComponentsDep) -> Response:
@@ -30,10 +33,20 @@ async def create_response(body: ResponsesRequest, request: Request, components: 
     context = request_context(request, components.settings)
     owner = request_owner(request.scope)
     plan = await prepare_response(
-        body, context, components.catalog, components.settings, components.store, owner, components.images
+        body,
+        context,
+        components.catalog,
+        components.settings,
+        components.store,
+        owner,
+        components.images,
+        components.seal,
     )
-    answer = ResponsesAnswer(plan, components.store)
-    return await respond(request, components.service, plan.generation, components.settings, answer)
+    answer = ResponsesAnswer(plan, components.store, components.seal)
+    response = await respond(request, components.service, plan.generation, components.settings, answer)
+    if plan.tools.ignored:  # built-in tools the model was not offered: said where a client can see it
+        response.headers[IGNORED_TOOLS_HEADER] = ",".join(plan.tools.ignored)
+    return response
 
 
 @router.post("/v1/responses/input_tokens")
@@ -42,7 +55,9 @@ async def count_response_input_tokens(
 ) -> JSONBytesResponse:
     log_unknown_fields(body)
     owner = request_owner(request.scope)
-    count = await count_input_tokens(body, components.catalog, components.settings, components.store, owner)
+    count = await count_input_tokens(
+        body, components.catalog, components.settings, components.store, owner, components.seal
+    )
     return JSONBytesResponse(input_tokens_object(count))
 
 
