@@ -116,9 +116,10 @@ class ModelFiles(BaseModel):
     """The model's context length, when ``model.json`` does not say it."""
     tool_call_parser: str | None = None
     """The tool-call format the model emits, by vLLM's ``--tool-call-parser`` name (``hermes``,
-    ``llama3_json``, ``mistral``, ``pythonic``, ``qwen3_coder``, ``glm45``, ``deepseek_v31``,
-    ``kimi_k2``, ``openai``). Unset: detected from the chat template's own markers; none found means
-    ``tool_choice: "auto"`` gets a 400 for this model (forced tool choices still work)."""
+    ``llama3_json``, ``mistral``, ``pythonic``, ``qwen3_coder``, ``glm45``, ``deepseek_v3``,
+    ``deepseek_v31``, ``deepseek_v32``, ``kimi_k2``, ``openai``). Unset: detected from the chat
+    template's own markers; none found means ``tool_choice: "auto"`` gets a 400 for this model
+    (forced tool choices still work)."""
     reasoning_parser: str | None = None
     """How the model writes its reasoning (``deepseek_r1``, ``deepseek_v3``, ``qwen3``,
     ``mistral``, ``granite``, ``openai``: vLLM's ``--reasoning-parser`` names). Unset: detected

@@ -47,6 +47,9 @@ class ReasoningPlan:
     calls: bool = False
     """The request reads tool calls from the answer: a parser whose format carries calls passes
     them on (harmony), instead of dropping them."""
+    opened: bool = False
+    """The rendered prompt ended inside the reasoning (a template that opens ``<think>`` in the
+    generation prompt): the output starts inside it. Decided once, when the plan is made."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ class ReasoningReader:
     __slots__ = ("_parser", "_include", "tokens")
 
     def __init__(self, plan: ReasoningPlan) -> None:
-        self._parser: ReasoningParser = make_reasoning_parser(plan.parser, calls=plan.calls)
+        self._parser: ReasoningParser = make_reasoning_parser(plan.parser, calls=plan.calls, opened=plan.opened)
         self._include = plan.include
         self.tokens = 0
 

@@ -46,6 +46,9 @@ class ServedModel:
     adapters: tuple[str, ...] = ()
     template: ChatTemplate | None = None
     max_model_len: int | None = None
+    """The context length: ``model_files``' ``max_model_len``, else ``model.json``'s, else a
+    TensorRT-LLM engine's ``max_seq_len``, else what vLLM derives from the weights' ``config.json``
+    (``models/context_length.py``). None: unknown (no prompt is refused for its length)."""
     tokenizer: Any = None
     """A ``tokenizers.Tokenizer`` for counting prompt tokens, when the model's files have one."""
     prompt_tokenizer: PromptTokenizer | None = None
@@ -257,7 +260,8 @@ class ModelCatalog:
         )
         if tokenizer_dir is None:
             tokenizer_dir = served.tokenizer_dir
-        max_model_len = max_model_len or served.max_model_len
+        max_model_len = max_model_len or served.max_model_len or files.derived_max_model_len
+        self._check_length(model.name, files)
         template = self._template(tokenizer_dir, template_file) if tokenizer_dir or template_file else None
         tool_parser = self._tool_parser(model.name, override, template)
         reasoning_parser = self._reasoning_parser(model.name, override, template)
@@ -320,6 +324,27 @@ class ModelCatalog:
             if parser is not None:
                 logger.info("model %s: reasoning parser %s (%s)", name, parser, how)
         return parser
+
+    def _check_length(self, name: str, files: LocalModelFiles) -> None:
+        """Warn once per model and numbers when ``model.json``'s ``max_model_len`` is above the
+        length the weights allow. vLLM refuses to start with it unless
+        ``VLLM_ALLOW_LONG_MAX_MODEL_LEN`` is set; a model Triton serves did start, so the gateway
+        takes the configured number (the engine runs with it) and does not refuse the model."""
+        given, derived = files.max_model_len, files.derived_max_model_len
+        if given is None or derived is None or given <= derived:
+            return
+        key = (name, "max_model_len", f"{given}>{derived}")
+        if key in self._announced:
+            return
+        self._announced.add(key)
+        logger.warning(
+            "model %s: model.json's max_model_len %d is above the %d its weights' config.json allows "
+            "(vLLM starts with it only under VLLM_ALLOW_LONG_MAX_MODEL_LEN); the gateway uses %d",
+            name,
+            given,
+            derived,
+            given,
+        )
 
     def _warn_unresolved(self, name: str, ref: str, found: Path | None, where: str) -> None:
         """Say once per model and name why the model has no tokenizer here (and, without a template

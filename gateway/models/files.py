@@ -1,8 +1,9 @@
 """What a Triton model repository on disk says about a model: the files Triton's vLLM backend
 reads. ``<model>/<version>/model.json`` (``"tokenizer"``, else ``"model"``: the tokenizer's folder
-or hub id; ``"max_model_len"``) and ``<model>/<version>/multi_lora.json`` (adapter name → path).
-Triton cannot tell the gateway any of this (tokenizer, chat template, adapters, context length),
-so it is read here.
+or hub id; ``"max_model_len"``), ``<model>/<version>/multi_lora.json`` (adapter name → path) and
+the weights' ``config.json`` (the context length vLLM derives when ``model.json`` sets none,
+``context_length``). Triton cannot tell the gateway any of this (tokenizer, chat template,
+adapters, context length), so it is read here.
 
 The backend hands ``model.json``'s values to vLLM unchanged, and vLLM takes a name that is a
 directory *relative to its working directory* (tritonserver's: the stub inherits it) as a local
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gateway.models.context_length import SENTENCE_CONFIGS, derive_max_model_len
 from gateway.models.hub import is_repo_id, snapshot_dir
 
 logger = logging.getLogger(__name__)
@@ -42,6 +44,11 @@ class LocalModelFiles:
     tokenizer_dir: Path | None = None
     adapters: tuple[str, ...] = ()
     max_model_len: int | None = None
+    """``model.json``'s ``max_model_len`` (a positive number; vLLM's ``-1``, fit to memory at
+    start, is not a length the gateway can know)."""
+    derived_max_model_len: int | None = None
+    """The context length vLLM derives from the weights' ``config.json`` (``context_length``);
+    the engine's when ``max_model_len`` is not set. None: no config found, or no length in it."""
     tokenizer_ref: str | None = None
     """The tokenizer as ``model.json`` names it (a path or a hub id), found or not."""
     adapter_dirs: tuple[tuple[str, Path | None], ...] = ()
@@ -60,15 +67,40 @@ class LocalModelFiles:
     ``vision_config``: LLaVA, Qwen2-VL, Gemma 3, BLIP-2...). None: neither is found here."""
 
 
-def _vision(engine: dict[str, Any], model_dir: Path | None) -> bool | None:
+def _vision(engine: dict[str, Any], config: dict[str, Any] | None) -> bool | None:
     """Triton's vLLM backend declares its ``image`` input on every model, text-only ones too, so
     the input alone does not say whether the model can see: what vLLM is told does."""
     limits = engine.get("limit_mm_per_prompt")
     if isinstance(limits, dict) and isinstance(limits.get("image"), int):
         return bool(limits["image"] > 0)
+    if config is None:
+        return None
+    return "vision_config" in config
+
+
+def _weights_config(model_dir: Path | None) -> dict[str, Any] | None:
+    """The weights' ``config.json``, or None where the folder or file is not found here."""
     if model_dir is None or not (model_dir / "config.json").is_file():
         return None
-    return "vision_config" in _read_json(model_dir / "config.json")
+    return _read_json(model_dir / "config.json")
+
+
+def _derived_length(
+    engine: dict[str, Any], config: dict[str, Any] | None, model_dir: Path | None, tokenizer_dir: Path | None
+) -> int | None:
+    """``context_length.derive_max_model_len`` on the files vLLM reads for it."""
+    if config is None or model_dir is None:
+        return None
+    pooling = _runner(engine) == "pooling"
+    tokenizer_config = None
+    if pooling and tokenizer_dir is not None and (tokenizer_dir / "tokenizer_config.json").is_file():
+        tokenizer_config = _read_json(tokenizer_dir / "tokenizer_config.json")
+    sentence_config = next(
+        (_read_json(model_dir / name) for name in SENTENCE_CONFIGS if (model_dir / name).is_file()), None
+    )
+    return derive_max_model_len(
+        config, engine, tokenizer_config=tokenizer_config, sentence_config=sentence_config or None, pooling=pooling
+    )
 
 
 def resolve_tokenizer(
@@ -144,19 +176,23 @@ def read_local_model_files(repository: Path, name: str, sources: ModelFileSource
         revision = _text(engine.get("tokenizer_revision")) or _text(engine.get("revision"))
         max_len = engine.get("max_model_len")
         weights = _text(engine.get("model"))
+        weights_dir = resolve_tokenizer(weights, _text(engine.get("revision")), sources, version) if weights else None
+        tokenizer_dir = resolve_tokenizer(ref, revision, sources, version) if ref else None
+        config = _weights_config(weights_dir)
         return LocalModelFiles(
-            vision=_vision(
-                engine, resolve_tokenizer(weights, _text(engine.get("revision")), sources, version) if weights else None
-            ),
+            vision=_vision(engine, config),
             runner=_runner(engine),
             matryoshka_dimensions=_matryoshka(engine.get("hf_overrides")),
-            tokenizer_dir=resolve_tokenizer(ref, revision, sources, version) if ref else None,
+            tokenizer_dir=tokenizer_dir,
             adapters=tuple(sorted(str(k) for k in loras)),
             adapter_dirs=tuple(
                 (str(k), resolve_tokenizer(v, None, sources, version) if isinstance(v, str) else None)
                 for k, v in loras.items()
             ),
-            max_model_len=max_len if isinstance(max_len, int) and not isinstance(max_len, bool) else None,
+            max_model_len=max_len
+            if isinstance(max_len, int) and not isinstance(max_len, bool) and max_len > 0
+            else None,
+            derived_max_model_len=_derived_length(engine, config, weights_dir, tokenizer_dir),
             tokenizer_ref=ref,
         )
     return LocalModelFiles()

@@ -197,7 +197,9 @@ async def prepare_chat(
         up_to_context=context.max_tokens_up_to_context,
     )
     constrained = tools.structured is not None or structured_outputs(body) is not None
-    reasoning = plan_reasoning(body, resolved.model, constrained=constrained, calls=tools.plan is not None)
+    reasoning = plan_reasoning(
+        body, resolved.model, prompt=prompt, constrained=constrained, calls=tools.plan is not None
+    )
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
     requests = to_generation_requests(  # 7
         body,

@@ -2,11 +2,13 @@
 
 Two families, as the models write them:
 
-- **implicit start** (``deepseek_r1``): the chat template opens the reasoning in the prompt
-  (DeepSeek-R1-0528, Qwen3's thinking-only releases), so the output starts inside it. Everything
-  before the closing marker is reasoning (an opening marker the model writes anyway is dropped);
-  without a closing marker the whole output is reasoning, as vLLM answers.
-- **explicit start** (``qwen3``, ``mistral``, ``granite``): the output opens with the marker
+- **implicit start** (``deepseek_r1``; ``qwen3`` for a request whose rendered prompt ends with
+  ``<think>``, ``gateway.reasoning.prompt``): the chat template opens the reasoning in the prompt
+  (DeepSeek-R1-0528, Qwen3's thinking-only releases, Qwen3.5, GLM-4.5+), so the output starts
+  inside it. Everything before the closing marker is reasoning (an opening marker the model
+  writes anyway is dropped); without a closing marker the whole output is reasoning, as vLLM
+  answers.
+- **explicit start** (``qwen3`` otherwise, ``mistral``, ``granite``): the output opens with the marker
   (after optional whitespace) when the model thinks; output that opens any other way has no
   reasoning and streams as content from its first character. Reasoning cut before its closing
   marker (``max_tokens``) stays reasoning: it was streamed as reasoning, and a stream cannot take

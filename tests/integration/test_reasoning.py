@@ -53,6 +53,16 @@ TEMPLATE = (
 """A template that shows the reasoning sent back, under two of the names templates read."""
 
 
+OPENING_TEMPLATE = (
+    "{%- for m in messages %}{{- '<|im_start|>' + m.role + '\\n' + (m.content or '') + '<|im_end|>\\n' }}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}"
+    "{%- else %}{{- '<think>\\n' }}{%- endif %}{%- endif %}"
+)
+"""Qwen3.5-style: the generation prompt opens ``<think>`` (an empty, closed block with
+``enable_thinking: false``), so the model writes only ``reasoning</think>answer``."""
+
+
 @pytest.fixture(scope="module", params=sorted(CASES))
 def reasoning_gateway(
     request: pytest.FixtureRequest, triton: TritonServer, tmp_path_factory: pytest.TempPathFactory
@@ -76,6 +86,21 @@ def template_gateway(triton: TritonServer, tmp_path_factory: pytest.TempPathFact
     entry = {"reasoning_parser": "qwen3", "chat_template": str(template)}
     process = start_gateway(
         triton.grpc_url, folder / "gateway.log", env={"GATEWAY_MODEL_FILES": json.dumps({SCRIPTED: entry})}
+    )
+    yield process
+    stop_gateway(process)
+
+
+@pytest.fixture(scope="module")
+def opening_gateway(triton: TritonServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    """The scripted model with the Qwen3.5-style template; the reasoning parser is detected."""
+    folder = tmp_path_factory.mktemp("gateway-reasoning-opening")
+    template = folder / "template.jinja"
+    template.write_text(OPENING_TEMPLATE)
+    process = start_gateway(
+        triton.grpc_url,
+        folder / "gateway.log",
+        env={"GATEWAY_MODEL_FILES": json.dumps({SCRIPTED: {"chat_template": str(template)}})},
     )
     yield process
     stop_gateway(process)
@@ -213,3 +238,38 @@ def test_models_say_which_parser(reasoning_gateway: tuple[str, GatewayProcess]) 
     models = {m["id"]: m for m in httpx.get(gateway.url + "/v1/models", timeout=10).json()["data"]}
     assert models[SCRIPTED]["reasoning_parser"] == name
     assert models["tiny-llm"]["reasoning_parser"] is None, "tiny-llm's template has no reasoning markers"
+
+
+def test_a_prompt_that_opens_think_makes_the_output_start_inside_it(opening_gateway: GatewayProcess) -> None:
+    """The model writes only ``reasoning</think>answer``: the reasoning and a clean answer, streamed
+    (cut at every byte) and not; with thinking off (the prompt closes the block), all answer."""
+    models = {m["id"]: m for m in httpx.get(opening_gateway.url + "/v1/models", timeout=10).json()["data"]}
+    assert models[SCRIPTED]["reasoning_parser"] == "qwen3", "detected from enable_thinking"
+    data = f"{THOUGHT}</think>\n\nIt is 4.".encode()
+    with openai.OpenAI(base_url=opening_gateway.url + "/v1", api_key="unused", max_retries=0) as client:
+        echoed = client.chat.completions.create(model=SCRIPTED, messages=user(ECHO))
+        said = (echoed.choices[0].message.model_extra or {})["reasoning_content"]  # no </think>: all reasoning
+        assert json.loads(said)["text_input"].endswith("<think>\n")
+        whole = client.chat.completions.create(model=SCRIPTED, messages=user(script([data])))
+        message = whole.choices[0].message
+        extra = message.model_extra or {}
+        assert extra["reasoning_content"] == extra["reasoning"] == THOUGHT
+        assert message.content == "\n\nIt is 4."
+        assert whole.usage is not None and whole.usage.completion_tokens_details is not None
+        assert whole.usage.completion_tokens_details.reasoning_tokens == 1, "one response, begun inside the reasoning"
+        off = client.chat.completions.create(
+            model=SCRIPTED,
+            messages=user(script([b"It is 4."])),
+            extra_body={"chat_template_kwargs": {"enable_thinking": False}},
+        )
+        assert off.choices[0].message.content == "It is 4."
+        assert (off.choices[0].message.model_extra or {}).get("reasoning_content") is None
+    for cut in range(len(data) + 1):
+        got = fold(opening_gateway, {"messages": user(script([data[:cut], data[cut:]]))})
+        assert (got["reasoning"], got["content"]) == (THOUGHT, "\n\nIt is 4."), cut
+        assert got["finish"] == "stop", cut
+    plain = fold(
+        opening_gateway,
+        {"messages": user(script([b"It is", b" 4."])), "chat_template_kwargs": {"enable_thinking": False}},
+    )
+    assert (plain["reasoning"], plain["content"]) == ("", "It is 4.")

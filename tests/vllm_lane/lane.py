@@ -52,9 +52,15 @@ CONFIG_PBTXT = (
 )
 
 
-def build_repository(where: Path, model: str = str(WEIGHTS), adapters: dict[str, Path] | None = ADAPTERS) -> Path:
+def build_repository(
+    where: Path,
+    model: str = str(WEIGHTS),
+    adapters: dict[str, Path] | None = ADAPTERS,
+    thinking: Path | None = None,
+) -> Path:
     """A Triton model repository serving the shipped tiny-llm through the real vLLM backend.
-    ``model`` is what ``model.json`` names (a folder or a hub id); no ``adapters``: no LoRA."""
+    ``model`` is what ``model.json`` names (a folder or a hub id); no ``adapters``: no LoRA;
+    ``thinking``: also serve those weights (``thinking.build_tiny_think``) as ``tiny-think``."""
     version = where / MODEL / "1"
     version.mkdir(parents=True)
     (where / MODEL / "config.pbtxt").write_text(CONFIG_PBTXT)
@@ -65,7 +71,30 @@ def build_repository(where: Path, model: str = str(WEIGHTS), adapters: dict[str,
     (version / "model.json").write_text(json.dumps(engine, indent=2))
     if adapters is not None:
         (version / "multi_lora.json").write_text(json.dumps({k: str(v) for k, v in adapters.items()}, indent=2))
+    if thinking is not None:
+        think = where / THINK_MODEL / "1"
+        think.mkdir(parents=True)
+        (where / THINK_MODEL / "config.pbtxt").write_text(CONFIG_PBTXT)
+        (think / "model.py").symlink_to(PEER / "model.py")
+        (think / "utils").symlink_to(PEER / "utils", target_is_directory=True)
+        (think / "model.json").write_text(json.dumps({"model": str(thinking), **THINK_ARGS}, indent=2))
     return where
+
+
+THINK_MODEL = "tiny-think"
+THINK_ARGS: dict[str, object] = {"dtype": "float32", "enforce_eager": True, "seed": 0}
+"""No ``max_model_len``: each side derives it from the weights' config.json."""
+
+
+def spawn_vllm_thinking(weights: Path, log: Path) -> Server:
+    """vLLM's OpenAI server on the thinking model, with the reasoning parser the gateway detects
+    from its template (``qwen3``), not waited for. Its template is the tokenizer folder's own."""
+    command = [
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(weights), "--served-model-name", THINK_MODEL, "--host", "127.0.0.1",
+        "--dtype", "float32", "--enforce-eager", "--seed", "0", "--reasoning-parser", "qwen3",
+    ]  # fmt: skip
+    return _spawn("vllm thinking", command, log, ENGINE_ENV)
 
 
 EMBED_MODEL = "tiny-llm-embed"
