@@ -6,6 +6,7 @@ Subcommands (each starts its own tritonserver and gateways, and stops them whate
 * ``prompts``: added TTFT by prompt size, and a paced stream while large prompts arrive.
 * ``soak``: many streams for a bounded time, every stream checked, memory before and after.
 * ``micro``: the app's per-token CPU in one process, and the tool-call parsers' cost per feed.
+* ``agents``: a coding agent's large bodies (tools, system prompt), µs per request in process.
 * ``embeddings``: inputs/s through ``/v1/embeddings`` at several batch sizes, against the floor.
 
 ``--variant NAME=TREE_PATH[:ENV=VAL,...]`` (repeatable) names the gateways to compare; the
@@ -76,6 +77,19 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also each variant with OpenTelemetry traces on, exported to a sink (the cost of tracing)",
     )
+    agents = command(
+        "agents", "a coding agent's large request bodies (16 tools, 20 KB system prompt): µs per request in process"
+    )
+    agents.add_argument("--requests", type=int, default=40, help="requests of each body per process")
+    agents.add_argument(
+        "--profile",
+        type=int,
+        default=300,
+        help="requests of each API's body with tools, and as many without, to profile (0: none)",
+    )
+    agents.add_argument(
+        "--tool-parser", default=None, help="the model's tool-call parser (e.g. qwen3_coder; default: its own)"
+    )
     embeddings = command("embeddings", "inputs/s through /v1/embeddings by batch size, against the direct gRPC floor")
     embeddings.add_argument("--batches", default="1,16,128", help="inputs per request, comma-separated")
     embeddings.add_argument("--concurrency", type=int, default=4, help="requests in flight")
@@ -114,6 +128,10 @@ def run(args: argparse.Namespace, variants: list[Variant], report: Report) -> in
         from bench import soak
 
         status = soak.run(args, variants, report)
+    elif args.command == "agents":
+        from bench import agents
+
+        agents.run(args, variants, report)
     elif args.command == "embeddings":
         from bench import embeddings
 
