@@ -82,7 +82,8 @@ def resolve_max_tokens(
     Raises ``ContextLengthExceededError`` when the prompt, or the prompt plus the request, does not
     fit, with OpenAI's wording so clients that parse it keep working. ``up_to_context`` (the
     Messages API, whose clients send one ``max_tokens`` for every model): a request larger than
-    the room left is lowered to it, and only a prompt that fills the context is refused.
+    the room left is lowered to it, and only a prompt that fills the context is refused
+    (``plan_budget`` lowers it to the gateway's ``max_tokens_limit`` first).
     """
     if max_model_len is None or prompt_tokens is None:
         return requested if requested is not None else fallback
@@ -114,6 +115,8 @@ async def plan_budget(
     """``token_budget`` with the prompt counted only when needed, and off the event loop when long.
     A prompt over the gateway's limits is refused before any counting."""
     cap = settings.limits_for(model.name)[2]
+    if up_to_context and cap is not None and requested is not None:
+        requested = min(requested, cap)  # lowered to the gateway's cap too, as to the context
     check_prompt_limits(prompt, requested, max_prompt_chars=settings.max_prompt_chars, max_tokens_cap=cap)
     counted = await counter.count(counting_for(model), prompt) if count_needed(requested, model, prompt) else None
     return _budget(

@@ -106,12 +106,13 @@ async def prepare_message(
             param="thinking",
         )
     generation = dataclasses.replace(cut_stops_here(generation), api="messages")
+    cap = settings.limits_for(generation.model)[2]  # lowered to it: the stop is max_tokens, as asked
     return MessagesPlan(
         generation=generation,
         message_id=f"msg_{os.urandom(12).hex()}",
         model=body.model,
         show_thinking=thinking is None or thinking.display != "omitted",
-        window_limited=generation.max_tokens[0] < body.max_tokens,
+        window_limited=generation.max_tokens[0] < min(body.max_tokens, cap or body.max_tokens),
         context_management=None if body.context_management is None else {"applied_edits": applied},
     )
 

@@ -65,6 +65,8 @@ BUILT_IN_TOOLS = frozenset(
 """Tools OpenAI runs on its own servers (or, for the shell ones, a client runs on a protocol of its
 own): left out of the prompt here."""
 ENCRYPTED_REASONING = "reasoning.encrypted_content"
+_WARNED: set[str] = set()
+"""The built-in tools already warned about in this process (the response header says it every time)."""
 INCLUDE_UNSUPPORTED = ("message.output_text.logprobs",)
 """``include`` values asking for something the gateway would have to produce and does not. The
 others ask for items of built-in tools, images or reasoning, which never occur here."""
@@ -172,12 +174,10 @@ async def prepare_response(
     seal = seal or ReasoningSeal.from_setting(settings.reasoning_secret)
     response_id = new_id("resp")
     conversation = await to_conversation(body, response_id, store, owner, settings, seal)
-    if conversation.tools.ignored:
-        logger.warning(
-            "response %s: built-in tools left out (the gateway cannot run them): %s",
-            response_id,
-            ", ".join(conversation.tools.ignored),
-        )
+    for tool in conversation.tools.ignored:
+        if tool not in _WARNED:  # once per tool type: agents offer them on every turn
+            _WARNED.add(tool)
+            logger.warning("built-in tool %r left out of the prompt: the gateway cannot run it", tool)
     # A conversation's turns share its root response's id as their session key, so a chain of
     # previous_response_id stays on one Triton replica without the client naming a session.
     session = session_key_of(context, body) or f"response:{conversation.root}"

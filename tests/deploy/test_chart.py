@@ -36,6 +36,9 @@ TRITON_NAME = "llm-triton-openai-gateway-triton"
 TRITON_HEADLESS = "llm-triton-openai-gateway-triton-headless"
 EXTERNAL_URL = "triton.gpu-pool.svc.cluster.local:8001"
 API_KEYS = ["sk-test-4f9c2d1e", "sk-test-77ab03c9"]
+API_KEY_SECRET = f"{FULLNAME}-api-keys"
+REASONING_SECRET = f"{FULLNAME}-reasoning"
+REASONING_EXISTING_KEY = "secrets"
 
 
 EXTERNAL = {"triton": {"mode": "external", "external": {"url": EXTERNAL_URL}}}
@@ -142,6 +145,9 @@ SCENARIOS: dict[str, dict[str, Any]] = {
             "inferencePool": {"enabled": True, "endpointPicker": {"serviceName": "llm-epp"}},
         },
     ),
+    "reasoning-existing-secret": {
+        "gateway": {"reasoningSecret": {"existingSecret": "gw-reasoning", "key": REASONING_EXISTING_KEY}}
+    },
     **TRTLLM_SCENARIOS,  # each TensorRT-LLM layout; their own checks: test_tensorrt_llm.py
 }
 
@@ -199,6 +205,10 @@ def _service_of_url(r: Rendered, url: str) -> tuple[dict[str, Any], int]:
     else:
         name = target
     return r.one("Service", name), int(port)
+
+
+def _secret_names(r: Rendered) -> list[str]:
+    return sorted(s["metadata"]["name"] for s in r.all("Secret"))
 
 
 def _selects(selector: dict[str, str], deployment: dict[str, Any]) -> bool:
@@ -665,7 +675,7 @@ def test_sidecar_port_clash_with_triton_fails_early(render: RenderFn, helm: Modu
 
 def test_api_keys_from_values_live_only_in_the_secret(rendered: dict[str, Rendered]) -> None:
     r = rendered["auth-values"]
-    secret = r.one("Secret")
+    secret = r.one("Secret", API_KEY_SECRET)
     assert base64.b64decode(secret["data"]["api-keys"]).decode().splitlines() == API_KEYS
     for obj in r.objects:
         if obj is not secret:
@@ -678,14 +688,14 @@ def test_api_keys_from_values_live_only_in_the_secret(rendered: dict[str, Render
 def test_existing_secret_is_referenced_not_created(rendered: dict[str, Rendered]) -> None:
     for scenario in ("auth-existing-secret", "everything-external"):
         r = rendered[scenario]
-        assert r.maybe("Secret") is None
+        assert API_KEY_SECRET not in _secret_names(r)
         _assert_keys_mounted(r, "gateway-api-keys", "keys.txt")
         assert "gateway-api-keys" in r.notes
 
 
 def test_auth_off_mounts_no_keys(rendered: dict[str, Rendered]) -> None:
     r = rendered["defaults"]
-    assert r.maybe("Secret") is None
+    assert _secret_names(r) == [REASONING_SECRET]
     assert "GATEWAY_API_KEY_FILE" not in _settings(r)
     assert all("secret" not in v for v in _pod(_gateway_deployment(r))["volumes"])
 
@@ -737,6 +747,63 @@ def test_impossible_combinations_fail_at_render_with_a_clear_message(
 ) -> None:
     with pytest.raises(helm.HelmRenderError, match=re.escape(message)):
         render(values)
+
+
+# ---------------------------------------------------------------------------------------------
+# the reasoning secret
+
+
+def _reasoning_variable(r: Rendered) -> dict[str, Any]:
+    env = _container(_gateway_deployment(r), "gateway")["env"]
+    (variable,) = [e for e in env if e["name"] == "GATEWAY_REASONING_SECRET"]
+    return dict(variable)
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_every_pod_reads_one_reasoning_secret_from_a_secret(rendered: dict[str, Rendered], scenario: str) -> None:
+    """A sealed blob from one pod must open on any: the variable comes from one Secret (the
+    chart's unless one is named), never from the ConfigMap."""
+    r = rendered[scenario]
+    existing = SCENARIOS[scenario].get("gateway", {}).get("reasoningSecret", {}).get("existingSecret")
+    name, key = (existing, REASONING_EXISTING_KEY) if existing else (REASONING_SECRET, "reasoning-secret")
+    assert _reasoning_variable(r) == {
+        "name": "GATEWAY_REASONING_SECRET",
+        "valueFrom": {"secretKeyRef": {"name": name, "key": key}},
+    }
+    assert "GATEWAY_REASONING_SECRET" not in _settings(r)
+    assert (REASONING_SECRET in _secret_names(r)) is not bool(existing)
+
+
+def test_the_chart_draws_a_random_reasoning_secret_and_keeps_it_on_upgrade(render: RenderFn) -> None:
+    secret = render({}).one("Secret", REASONING_SECRET)
+    value = base64.b64decode(secret["data"]["reasoning-secret"]).decode()
+    assert re.fullmatch(r"[A-Za-z0-9]{48}", value), value
+    other = base64.b64decode(render({}).one("Secret", REASONING_SECRET)["data"]["reasoning-secret"]).decode()
+    assert other != value, "drawn per install, not written in the chart"
+    # On an upgrade the one in the cluster is kept: the template looks its own Secret up (the
+    # offline engine's lookup finds nothing, so this is read from the template).
+    template = (CHART_DIR / "templates" / "reasoning-secret.yaml").read_text()
+    assert 'lookup "v1" "Secret" .Release.Namespace $name' in template
+    assert "index .data $key" in template
+
+
+def test_an_existing_reasoning_secret_is_referenced_not_created(rendered: dict[str, Rendered]) -> None:
+    r = rendered["reasoning-existing-secret"]
+    assert REASONING_SECRET not in _secret_names(r) and r.all("Secret") == []
+    assert _reasoning_variable(r)["valueFrom"] == {"secretKeyRef": {"name": "gw-reasoning", "key": "secrets"}}
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"gateway": {"extraSettings": {"reasoning_secret": "in-the-configmap"}}},
+        {"gateway": {"reasoningSecret": {"key": "has space"}}},
+        {"gateway": {"reasoningSecret": {"secret": "inline"}}},
+    ],
+)
+def test_the_reasoning_secret_never_goes_through_values(chart: Any, helm: ModuleType, bad: dict[str, Any]) -> None:
+    with pytest.raises(helm.HelmValuesError):
+        chart.validate_schema(bad)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -837,7 +904,7 @@ def test_store_url_from_a_secret_reaches_the_pod_env_only(rendered: dict[str, Re
         "valueFrom": {"secretKeyRef": {"name": "gateway-store", "key": "postgres-url"}},
     }
     assert _store_volume(r) == (None, None)  # nothing written in the pod
-    assert r.maybe("Secret") is None or r.one("Secret")["metadata"]["name"] != "gateway-store"
+    assert "gateway-store" not in _secret_names(r)
     assert "Secret gateway-store" in r.notes
 
 
@@ -860,7 +927,7 @@ def test_passwordless_postgres_url_may_sit_in_the_configmap_for_several_pods(ren
     assert _gateway_deployment(r)["spec"]["replicas"] == 2
     assert _store_volume(r) == (None, None)
     env = _container(_gateway_deployment(r), "gateway")["env"]
-    assert [e["name"] for e in env] == ["PGPASSWORD"]
+    assert [e["name"] for e in env] == ["GATEWAY_REASONING_SECRET", "PGPASSWORD"]
 
 
 def test_disabled_store_mounts_nothing_and_allows_several_pods(rendered: dict[str, Rendered]) -> None:
@@ -869,7 +936,8 @@ def test_disabled_store_mounts_nothing_and_allows_several_pods(rendered: dict[st
     assert settings["GATEWAY_RESPONSES_STORE_ENABLED"] == "false"
     assert "GATEWAY_RESPONSES_STORE" not in settings
     assert _store_volume(r) == (None, None)
-    assert "env" not in _container(_gateway_deployment(r), "gateway")
+    env = _container(_gateway_deployment(r), "gateway")["env"]
+    assert [e["name"] for e in env] == ["GATEWAY_REASONING_SECRET"]
     assert "Stored responses" not in r.notes
 
 

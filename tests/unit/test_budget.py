@@ -152,3 +152,16 @@ def test_a_prompt_over_the_limit_is_refused_before_it_is_counted() -> None:
     counter.close()
     assert info.value.code == "prompt_too_long"
     assert counter.prompts == []
+
+
+def test_up_to_context_lowers_max_tokens_to_the_room_and_the_cap_instead_of_refusing() -> None:
+    prompt = "hello world " * 10
+    used = len(TOKENIZER.encode(prompt).ids)
+    served = model(used + 50)
+    with pytest.raises(InvalidRequestError):
+        planned(32000, served, prompt, Settings())
+    assert planned(32000, served, prompt, Settings(), up_to_context=True) == (50, used)
+    capped = Settings(max_tokens_limit=20)
+    assert planned(32000, served, prompt, capped, up_to_context=True)[0] == 20
+    with pytest.raises(InvalidRequestError):
+        planned(32000, model(used), prompt, Settings(), up_to_context=True)  # no room at all

@@ -143,6 +143,11 @@ type: Recreate
 {{- default (printf "%s-api-keys" (include "triton-openai-gateway.fullname" .)) .Values.auth.existingSecret }}
 {{- end }}
 
+{{/* Name of the Secret holding GATEWAY_REASONING_SECRET. */}}
+{{- define "triton-openai-gateway.reasoningSecretName" -}}
+{{- default (printf "%s-reasoning" (include "triton-openai-gateway.fullname" .)) .Values.gateway.reasoningSecret.existingSecret }}
+{{- end }}
+
 {{/* GATEWAY_API_KEY_FILE. */}}
 {{- define "triton-openai-gateway.apiKeyFile" -}}
 {{- printf "%s/%s" (trimSuffix "/" .Values.auth.mountPath) .Values.auth.secretKey }}
