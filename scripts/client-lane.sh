@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The client lane: each agent framework's default path, through the real library, against the
 # gateway's embedded default (tiny-llm on a local tritonserver): the Vercel AI SDK (Node), the
-# OpenAI Agents SDK, LangChain, instructor and LlamaIndex (tests/client_lane, docs/CLIENT_LANE.md).
+# OpenAI Agents SDK, LangChain, instructor and LlamaIndex, and the coding agents Claude Code and
+# the Codex CLI (npm, run non-interactively) (tests/client_lane, docs/CLIENT_LANE.md).
 #
 # Installs the Python clients into their own venv (.venv-clients, from the lock
 # tests/client_lane/requirements.txt; rebuilt when the lock changes) with uv when it can

@@ -52,6 +52,11 @@ EOS_TOKEN = IM_END
 ADAPTERS = {"alpha": SEED + 1, "beta": SEED + 2}
 LORA_RANK = 8
 LORA_TARGETS = ["q_proj", "v_proj"]
+CONTEXT_LENGTH = 131072
+"""Positions the model takes (RoPE: a number in the config, not in the weights): room for a coding
+agent's first request (Claude Code's is ~50,000 tokens in this small vocabulary) beside the
+32,000 tokens it asks for. Attention runs through torch's SDPA, whose CPU kernel keeps memory linear
+in the prompt; the time of a prefill grows with its square (~8 s for 30,000 tokens on one core)."""
 
 # ChatML-like, with tools the way Qwen 2.5 renders them (Hermes format): with ``tools``, a system
 # turn lists them in <tools></tools> and asks for <tool_call>{"name", "arguments"}</tool_call>
@@ -158,7 +163,7 @@ def build_tokenizer(out_dir: Path) -> PreTrainedTokenizerFast:  # noqa: F821 - l
         eos_token=EOS_TOKEN,
         pad_token=PAD_TOKEN,
         additional_special_tokens=[IM_START, EOS2_TOKEN],
-        model_max_length=2048,
+        model_max_length=CONTEXT_LENGTH,
         clean_up_tokenization_spaces=False,
     )
     fast.chat_template = CHAT_TEMPLATE
@@ -187,7 +192,7 @@ def build_model(out_dir: Path, tokenizer: PreTrainedTokenizerFast) -> None:  # n
         num_attention_heads=2,
         num_key_value_heads=1,
         head_dim=64,
-        max_position_embeddings=2048,
+        max_position_embeddings=CONTEXT_LENGTH,
         # Larger than the usual 0.02 so the next-token distribution is peaked enough for top_p,
         # top_k and min_p to visibly matter.
         initializer_range=0.08,

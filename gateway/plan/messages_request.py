@@ -34,14 +34,16 @@ class AnthropicMessage(BaseModel):
 
 class Thinking(BaseModel):
     """``{"type": "enabled", "budget_tokens": N}``, ``{"type": "adaptive"}`` (the model decides,
-    no budget) or ``{"type": "disabled"}``. ``display``: ``summarized`` (the thinking's text in the
-    answer; these models write no summary, so it is the text itself) or ``omitted`` (empty thinking
-    blocks whose ``signature`` still carries the thinking for the next turn)."""
+    no budget) or ``{"type": "disabled"}``. ``display``: ``omitted`` gives empty thinking blocks
+    whose ``signature`` still carries the thinking for the next turn; any other value
+    (``summarized``, ``updates``...) the thinking's text (these models write no summary, so it is
+    the text itself)."""
 
     model_config = _LENIENT
     type: Literal["enabled", "adaptive", "disabled"]
     budget_tokens: int | None = None
-    display: Literal["summarized", "omitted"] | None = None
+    display: str | None = None
+    """Any value but ``omitted`` shows the text (Claude Code streams with ``updates``)."""
 
     @property
     def on(self) -> bool:

@@ -37,6 +37,7 @@ if not LANE_ON:
     collect_ignore_glob = ["test_*.py"]
 
 _notes: list[str] = []
+_gateway_logs: list[Path] = []
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -92,7 +93,8 @@ def gateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     # The responses store (on by default, SQLite under $XDG_STATE_HOME) goes to the session's
     # temporary directory, not the user's state directory.
     env = {**os.environ, "XDG_STATE_HOME": str(workdir / "state")}
-    command = [str(python), "-m", "gateway", "--embedded", "--port", str(port)]
+    # --log-requests: a JSON line per generation with its final status (``gateway_log``).
+    command = [str(python), "-m", "gateway", "--embedded", "--port", str(port), "--log-requests"]
     command += ["--triton-log-file", str(workdir / "triton.log")]
     # Beside tiny-llm, the test models: the scripted one replays what a reasoning model writes,
     # served once per reasoning parser (each set as a user would set it).
@@ -101,6 +103,7 @@ def gateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     parsers = {reasoning_model(parser): {"reasoning_parser": parser} for parser in REASONING_OUTPUTS}
     command += ["--model-files", json.dumps(parsers)]
     started = time.monotonic()
+    _gateway_logs.append(log_path)
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
@@ -133,3 +136,14 @@ def gateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def base_url(gateway_url: str) -> str:
     """The OpenAI base URL the clients take."""
     return gateway_url + "/v1"
+
+
+@pytest.fixture(scope="session")
+def gateway_log(gateway_url: str) -> Path | None:
+    """The gateway's log, with a ``gateway.access`` JSON line per generation (``--log-requests``):
+    the lane's own gateway's, or ``CLIENT_LANE_GATEWAY_LOG`` beside ``CLIENT_LANE_GATEWAY_URL``
+    (None when that is not given)."""
+    if os.environ.get("CLIENT_LANE_GATEWAY_URL"):
+        given = os.environ.get("CLIENT_LANE_GATEWAY_LOG")
+        return Path(given) if given else None
+    return _gateway_logs[-1]

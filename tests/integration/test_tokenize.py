@@ -12,6 +12,9 @@ import pytest
 
 from tests.integration.conftest import MODEL, GatewayProcess
 
+CONTEXT = 131072
+"""tiny-llm's ``max_model_len`` (triton_models/reference/tiny-llm/1/model.json)."""
+
 TOOLS: list[dict[str, Any]] = [
     {
         "type": "function",
@@ -55,7 +58,7 @@ def test_tokenize_count_equals_the_chat_requests_prompt_tokens(
 ) -> None:
     counted = http.post("/tokenize", json={"model": MODEL, **chat}).json()
     assert counted["count"] == len(counted["tokens"])
-    assert counted["max_model_len"] == 2048
+    assert counted["max_model_len"] == CONTEXT
     # max_tokens given and the prompt well within the context: the gateway does not count, the
     # usage is the model's own count of the prompt it received.
     sent = client.chat.completions.create(model=MODEL, max_tokens=1, **chat)
@@ -77,7 +80,7 @@ def test_tokenize_count_equals_the_completions_prompt_tokens(http: httpx.Client,
 def test_a_chat_over_the_context_is_counted_and_its_refusal_says_the_same_number(
     http: httpx.Client, client: openai.OpenAI
 ) -> None:
-    messages = [{"role": "user", "content": "word " * 3000}]
+    messages = [{"role": "user", "content": "word " * CONTEXT}]  # a token a word at least
     counted = http.post("/tokenize", json={"model": MODEL, "messages": messages}).json()
     assert counted["count"] > counted["max_model_len"]
     with pytest.raises(openai.BadRequestError) as refused:

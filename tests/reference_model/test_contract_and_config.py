@@ -80,7 +80,7 @@ def test_committed_model_config_resolves_weights_and_adapters() -> None:
     config = load_model_config(MODEL_VERSION_DIR)
     assert config.model_dir.name == "tiny-llm" and (config.model_dir / "tokenizer.json").is_file()
     assert list(config.adapters) == ["alpha", "beta"]
-    assert config.max_model_len == 2048
+    assert config.max_model_len == 131072
     assert config.max_images == 8  # limit_mm_per_prompt, which also tells the gateway it takes images
 
 

@@ -4,6 +4,8 @@ Why: gateway tests need backend behaviour a real model only produces by chance (
 split across responses, a stop string split across deltas, n>1 interleavings, an error after k
 responses, a slow first token). The test writes that behaviour as JSON in ``text_input``; this
 module validates it and plans the responses, so model.py only sleeps, checks cancellation and sends.
+An agent's loop sends the same conversation again after each tool call: ``after`` keys the later
+steps on what the prompt holds after the script (a tool's output).
 Pure Python + numpy: importable without Triton. The format is documented in tests/triton_models/README.md.
 """
 
@@ -21,8 +23,19 @@ _RESPONSE_KEYS = frozenset(
     {"text", "utf8", "finish_reason", "num_output_tokens", "logprobs", "cumulative_logprob", "delay"}
 )
 _SCRIPT_KEYS = frozenset(
-    {"responses", "choices", "num_input_tokens", "error", "hang", "echo_inputs", "replay_when_not_streaming", "log"}
+    {
+        "responses",
+        "choices",
+        "after",
+        "num_input_tokens",
+        "error",
+        "hang",
+        "echo_inputs",
+        "replay_when_not_streaming",
+        "log",
+    }
 )
+_AFTER_KEYS = frozenset({"seen", "responses", "choices"})
 RETURN_FLAGS = (
     "return_finish_reason",
     "return_num_input_tokens",
@@ -74,23 +87,32 @@ SCRIPT_OPEN, SCRIPT_CLOSE = "<script>", "</script>"
 
 
 def extract_json(text_input: bytes) -> Any:
-    """The script JSON: the whole input; else what lies between ``<script>`` and ``</script>`` (for
-    prompts with other JSON around it, e.g. a template's tools section); else (after a chat
-    template wrapped it) the outermost braces."""
+    """The script JSON (``locate_script``'s first half)."""
+    return locate_script(text_input)[0]
+
+
+def locate_script(text_input: bytes) -> tuple[Any, str]:
+    """The script JSON and the text after it. The script is the whole input; else what lies
+    between the last ``<script>`` and the ``</script>`` after it (for prompts with other JSON
+    around it, e.g. a template's tools section), the text after being what follows that
+    ``</script>``; else (after a chat template wrapped it) the outermost braces, with no text after
+    (only a tagged script has an ``after``)."""
     text = text_input.decode("utf-8", errors="replace")
     try:
-        return json.loads(text)
+        return json.loads(text), ""
     except json.JSONDecodeError:
         opened = text.rfind(SCRIPT_OPEN)
         closed = text.find(SCRIPT_CLOSE, opened + 1)
+        rest = ""
         if opened >= 0 and closed > opened:
             start, end = opened + len(SCRIPT_OPEN), closed - 1
+            rest = text[closed + len(SCRIPT_CLOSE) :]
         else:
             start, end = text.find("{"), text.rfind("}")
         if start < 0 or end <= start:
             raise ScriptError("scripted: text_input holds no JSON script") from None
         try:
-            return json.loads(text[start : end + 1])
+            return json.loads(text[start : end + 1]), rest
         except json.JSONDecodeError as exc:
             raise ScriptError(f"scripted: malformed script JSON: {exc}") from None
 
@@ -138,15 +160,50 @@ def _choice_responses(choices: Any, request_id: str) -> Any:
     return choices[int(suffix)]
 
 
+def _selected(data: dict[str, Any], request_id: str, where: str = "") -> list[Any]:
+    """The raw responses of a script (or of one of its ``after`` entries, ``where`` naming it):
+    ``responses``, or the request's entry of ``choices``."""
+    if "choices" in data and "responses" in data:
+        raise ScriptError(f"scripted: {where or 'a script'} has 'responses' or 'choices', not both")
+    raw = _choice_responses(data["choices"], request_id) if "choices" in data else data.get("responses", [])
+    if not isinstance(raw, list):
+        raise ScriptError(f"scripted: {where + ' ' if where else ''}'responses' must be a list")
+    return raw
+
+
+def _after(entries: Any, request_id: str, rest: str) -> list[Any] | None:
+    """The responses of the last ``after`` entry whose ``seen`` is in ``rest`` (the prompt after the
+    script), or None. Every entry is checked, whichever is picked: a malformed one always fails."""
+    if not isinstance(entries, list):
+        raise ScriptError('scripted: \'after\' must be a list of {"seen": str, "responses": [...]}')
+    picked = None
+    for index, entry in enumerate(entries):
+        where = f"'after' entry {index}"
+        if not isinstance(entry, dict) or not set(entry) <= _AFTER_KEYS:
+            raise ScriptError(f"scripted: {where} must be an object with keys among {sorted(_AFTER_KEYS)}")
+        seen = entry.get("seen")
+        if not isinstance(seen, str) or not seen:
+            raise ScriptError(f"scripted: {where} needs 'seen', a non-empty string")
+        raw = _selected(entry, request_id, where)
+        if not raw:
+            raise ScriptError(f"scripted: {where} needs 'responses' or 'choices'")
+        for number, response in enumerate(raw):
+            try:
+                _parse_response(response, number, number == len(raw) - 1)
+            except ScriptError as exc:
+                raise ScriptError(f"scripted: {where}: {str(exc).removeprefix('scripted: ')}") from None
+        if seen in rest:
+            picked = raw
+    return picked
+
+
 def parse_script(text_input: bytes, request_id: str = "") -> Script:
-    data = extract_json(text_input)
+    data, rest = locate_script(text_input)
     if not isinstance(data, dict) or not set(data) <= _SCRIPT_KEYS:
         raise ScriptError(f"scripted: the script must be an object with keys among {sorted(_SCRIPT_KEYS)}")
-    if "choices" in data and "responses" in data:
-        raise ScriptError("scripted: a script has 'responses' or 'choices', not both")
-    raw_responses = _choice_responses(data["choices"], request_id) if "choices" in data else data.get("responses", [])
-    if not isinstance(raw_responses, list):
-        raise ScriptError("scripted: 'responses' must be a list")
+    raw_responses = _selected(data, request_id)
+    if "after" in data:
+        raw_responses = _after(data["after"], request_id, rest) or raw_responses
     responses = [_parse_response(r, i, i == len(raw_responses) - 1) for i, r in enumerate(raw_responses)]
     error = data.get("error")
     if error is not None and (not isinstance(error, dict) or not isinstance(error.get("message"), str)):

@@ -63,6 +63,7 @@ class TinyLlmEngine:
         # wrapper overhead while still honouring the active adapter.
         self._model = model
         self._cache_argument = cache_argument(model)
+        self._last_logits_only = last_logits_argument(model)
         self._active_adapter: str | None = None
         self._set_adapter(None)
 
@@ -121,7 +122,10 @@ class TinyLlmEngine:
         self._set_adapter(adapter)
         ids = torch.tensor([input_ids], dtype=torch.long)
         name = self._cache_argument
-        output = self._model(input_ids=ids, use_cache=True, **{name: cache})
+        # Only the last position's logits: a prompt of 50,000 tokens would otherwise compute (and
+        # hold) 50,000 x vocabulary of them.
+        last = {self._last_logits_only: 1} if self._last_logits_only is not None else {}
+        output = self._model(input_ids=ids, use_cache=True, **{name: cache}, **last)
         return StepResult(logits=output.logits[0, -1].float().clone(), cache=getattr(output, name))
 
 
@@ -130,3 +134,10 @@ def cache_argument(model: Any) -> str:
     output: ``cache`` from 5.2x on (``past_key_values`` is deprecated there, a FutureWarning per
     step, and goes in 5.40), ``past_key_values`` before."""
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def last_logits_argument(model: Any) -> str | None:
+    """What this transformers calls the number of last positions to compute logits for:
+    ``logits_to_keep`` from 4.50 on, ``num_logits_to_keep`` before (None: computes them all)."""
+    parameters = inspect.signature(model.forward).parameters
+    return next((name for name in ("logits_to_keep", "num_logits_to_keep") if name in parameters), None)

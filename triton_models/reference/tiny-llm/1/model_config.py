@@ -21,7 +21,7 @@ MULTI_LORA_JSON = "multi_lora.json"
 # Keys accepted in model.json, with their defaults. "model" is required. The names follow vLLM's
 # engine arguments where one exists, so the file reads like a vLLM model.json.
 _MODEL_JSON_DEFAULTS: dict[str, Any] = {
-    "max_model_len": 2048,
+    "max_model_len": 131072,
     "enable_lora": False,
     "max_lora_rank": 8,
     "max_logprobs": 20,
@@ -47,7 +47,7 @@ class ModelConfig:
 
     model_dir: Path
     """Hugging Face model directory (config.json, model.safetensors, tokenizer files)."""
-    max_model_len: int = 2048
+    max_model_len: int = 131072
     """Prompt plus generated tokens never exceed this; generation ends with "length" there."""
     enable_lora: bool = False
     """Load the adapters of multi_lora.json (like vLLM, adapters are ignored when false)."""
