@@ -368,6 +368,8 @@ class Metrics:
         """The replica series every request moves (``_child``), by metric and label values, as
         ``_finished`` below: ``labels()`` costs ~2 µs, and three of these are on the path to
         Triton. No series is ever removed, so a child found here is the registry's."""
+        self._gap_series: dict[str, Histogram] = {}
+        """Each model's inter-token latency series, for ``gap_tally``."""
         self._finished: dict[tuple[str, str, str, bool, int], _Series] = {}
         """``finish``'s series by (model, adapter, endpoint, stream, status): as many as the
         label sets the registry already keeps."""
@@ -441,7 +443,10 @@ class Metrics:
 
     def gap_tally(self, model: str) -> GapTally:
         """A stream's inter-token gaps, for ``model`` (flushed by the caller when it ends)."""
-        return GapTally(self.inter_token_latency.labels(model))
+        series = self._gap_series.get(model)
+        if series is None:  # ``labels()`` is ~2 µs: once per model, not per stream
+            series = self._gap_series[model] = self.inter_token_latency.labels(model)
+        return GapTally(series)
 
     def _finished_series(self, model: str, adapter: str, endpoint: str, stream: bool, status: int) -> _Series:
         """The series one finished request moves, looked up once per label set: ``labels()``

@@ -5,7 +5,10 @@ every token passes through both. As async generators, each level cost every toke
 frame to resume (~1,240 instructions, counted with callgrind). What each level does happens
 around the first batch (placing the generation, opening the call, one retry) and on closing, so
 after its first step a level hands out the next level's ``__anext__`` as it is, and a token's
-wake-up resumes no frame of its.
+wake-up resumes no frame of its. A level handed another level's ``__anext__`` takes that
+level's own step instead, so two levels cost a token one call, not two: a level's step changes
+after its hand-off only when it is closed, and only the level above closes it, having stopped
+its own steps first.
 """
 
 from __future__ import annotations
@@ -43,6 +46,11 @@ class HandOffStream:
         raise NotImplementedError
 
     def _hand_off(self, step: Callable[[], Awaitable[list[GenerationChunk]]]) -> None:
+        inner = getattr(step, "__self__", None)
+        if isinstance(inner, HandOffStream) and getattr(step, "__func__", None) is HandOffStream.__anext__:
+            below = inner._next
+            if getattr(below, "__func__", None) is not HandOffStream._first:
+                step = below  # the level below has handed off too: its step, not a call through it
         self._next = step
 
     def _stop(self) -> None:

@@ -44,6 +44,9 @@ class ChoiceEvent(NamedTuple):
     ``text`` is then the answer alone."""
 
 
+_new_tuple = tuple.__new__
+
+
 @dataclass(frozen=True, slots=True)
 class Usage:
     prompt_tokens: int
@@ -244,7 +247,7 @@ class GenerationAssembler:
         events: list[ChoiceEvent] = []
         for index, data in enumerate(texts):
             choice = choices[index]
-            if choice.done:  # not ``finish_reason is not None``: mypy would then type its read below as None
+            if choice.finish_reason is not None:
                 continue
             if counts is not None:
                 choice.completion_tokens += counts[index]
@@ -253,9 +256,10 @@ class GenerationAssembler:
                 raise BackendError("the backend aborted the request")
             text = choice.feed(data, reason)
             logprobs = entries[index] if entries is not None else None
-            finish_reason = choice.finish_reason
+            finish_reason: str | None = choice.finish_reason  # (``feed`` may have set it)
             if text or finish_reason is not None or logprobs:
-                events.append(ChoiceEvent(index, text, finish_reason, logprobs))
+                # ``tuple.__new__`` with every field: the NamedTuple's ``__new__`` is a Python frame
+                events.append(_new_tuple(ChoiceEvent, (index, text, finish_reason, logprobs, None, "")))
         if final:
             events.extend(self.close())
         return events
@@ -488,6 +492,15 @@ class RequestAssembler:
         """Completion tokens per choice so far (streams with continuous usage split a step's
         tokens among the chunks that carry them)."""
         return [a.choices[0].completion_tokens for a in self.assemblers]
+
+    def lone_feed(self) -> tuple[Callable[[GenerationChunk], list[ChoiceEvent]], ChoiceAssembler] | None:
+        """For a request of one choice whose events need no rewriting (no logprobs, tools or
+        reasoning): its generation's ``feed`` and its choice, which ``feed`` and ``done`` would
+        reach through this level on every token. None otherwise."""
+        lone = self._lone
+        if lone is None or self._rewrite:
+            return None
+        return self.assemblers[0].feed, lone
 
     def feed(self, position: int, chunk: GenerationChunk) -> list[ChoiceEvent]:
         """Events for a chunk of the generation at ``position``, which is its choice's index."""

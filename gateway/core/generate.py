@@ -14,11 +14,11 @@ finishes the request's outcome.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from gateway.backend.types import Backend, GenerationChunk
 from gateway.core.admission import Ticket
-from gateway.core.assemble import ChoiceEvent, RequestAssembler, Usage, coalesce
+from gateway.core.assemble import ChoiceAssembler, ChoiceEvent, RequestAssembler, Usage, coalesce
 from gateway.core.generation_plan import GenerationPlan
 from gateway.core.outcome import RequestOutcome
 from gateway.core.streams import Positioned, merge
@@ -29,7 +29,8 @@ class Generation:
 
     A plain async iterator rather than an async generator: ``aclose`` must work (and finish the
     outcome) even when iteration never started, and the per-batch step is one coroutine, the same
-    cost as a generator's. Every list it yields is non-empty.
+    cost as a generator's. Every list it yields is non-empty. A stream's consumer, which every
+    token wakes, awaits ``next_batch`` itself and hands the batch to ``take`` instead.
     """
 
     __slots__ = (
@@ -39,7 +40,10 @@ class Generation:
         "_ticket",
         "_outcome",
         "_opening",
-        "_done",
+        "_feed_lone",
+        "_lone",
+        "done",
+        "next_batch",
         "_final",
         "_closed",
     )
@@ -69,6 +73,11 @@ class Generation:
         self._batches: AsyncIterator[Positioned[GenerationChunk]] | None = (
             None if self._source is not None else merge(sources)
         )
+        lone = self.assembler.lone_feed()
+        self._feed_lone: Callable[[GenerationChunk], list[ChoiceEvent]] | None = lone[0] if lone else None
+        self._lone: ChoiceAssembler | None = lone[1] if lone else None
+        """A plain stream's one choice and its assembler's ``feed`` (see ``lone_feed``): its
+        tokens skip the request's level of the assembly."""
         self._ticket = ticket
         self._outcome = outcome
         echo = plan.echo
@@ -76,19 +85,20 @@ class Generation:
             [ChoiceEvent(i, echo[i // plan.n], None, None) for i in range(plan.choices)] if echo else None
         )
         """Legacy ``echo``: each prompt's text, said before anything the backend says."""
-        self._done = False
-        """No more steps: every choice has ended (the next step closes the backend and ends the
-        iteration), or the generation was closed."""
+        self.done = False
+        """No step is left: every choice has ended (or the generation was closed). The next
+        ``__anext__`` reads nothing from the backend; it closes the generation and stops."""
+        self.next_batch: Callable[[], Awaitable[list[GenerationChunk]]] | None = (
+            None if self._source is None else self._source.__anext__
+        )
+        """The one backend generation's next batch (None with several: they are merged), for a
+        consumer that awaits it itself while ``done`` is false and gives it to ``take``, calls
+        ``ended`` when it raises ``StopAsyncIteration`` and ``failed`` for any other error: a step
+        of ``__anext__`` without its coroutine level, which every token's wake-up would resume."""
         self._final = False
         """Whether the backend ended by itself (a final chunk, or the end of its stream) rather
         than the gateway ending it (every choice hit a stop string)."""
         self._closed = False
-
-    @property
-    def done(self) -> bool:
-        """No step is left: every choice has ended (or the generation was closed). The next
-        ``__anext__`` reads nothing from the backend; it closes the generation and stops."""
-        return self._done
 
     @property
     def usage(self) -> Usage:
@@ -106,53 +116,83 @@ class Generation:
         return self
 
     async def __anext__(self) -> list[ChoiceEvent]:
-        if self._done:
+        if self.done:
             await self.aclose()
             raise StopAsyncIteration
-        run = self.assembler
         try:
             while True:
                 try:
                     source = self._source
                     if source is not None:
-                        position, batch = 0, await source.__anext__()
+                        events = self.take(await source.__anext__())
                     else:
                         assert self._batches is not None
                         position, batch = await self._batches.__anext__()
+                        events = self.take(batch, position)
                 except StopAsyncIteration:  # the backend ended without a final flag on every choice
-                    self._done = self._final = True
-                    events = run.close()
-                    break
-                self._outcome.responded(run)
-                events = []
-                for chunk in batch:
-                    events.extend(run.feed(position, chunk))
-                    if run.done:
-                        self._done = True
-                        self._final = chunk.final
-                        break
-                if events:  # always, once done: a choice that ends says so
+                    events = self.ended()
+                if events or self.done:
                     break
         except BaseException as exc:
-            self._outcome.fail(exc, run.usage)
-            await self.aclose()
+            await self.failed(exc)
             raise
-        events = coalesce(events)
-        opening = self._opening
-        if opening is not None:
-            self._opening = None
-            return opening + events
         if not events:
             await self.aclose()
             raise StopAsyncIteration
         return events
+
+    def take(self, batch: list[GenerationChunk], position: int = 0) -> list[ChoiceEvent]:
+        """The events of one backend batch (possibly none, while text is held back); sets ``done``
+        when every choice has ended."""
+        self._outcome.responded(self.assembler)
+        feed_lone, lone = self._feed_lone, self._lone
+        if lone is not None and feed_lone is not None and len(batch) == 1:  # a token of a plain stream
+            chunk = batch[0]
+            events = feed_lone(chunk)
+            if lone.finish_reason is not None:
+                self.done = True
+                self._final = chunk.final
+        else:
+            run = self.assembler
+            events = []
+            for chunk in batch:
+                events.extend(run.feed(position, chunk))
+                if run.done:
+                    self.done = True
+                    self._final = chunk.final
+                    break
+            if len(events) > 1:
+                events = coalesce(events)
+        opening = self._opening
+        if opening is not None and (events or self.done):
+            self._opening = None
+            return opening + events
+        return events
+
+    def ended(self) -> list[ChoiceEvent]:
+        """The backend's stream ended (without a final flag on every choice): the last events."""
+        self.done = self._final = True
+        events = self.assembler.close()
+        if len(events) > 1:
+            events = coalesce(events)
+        opening = self._opening
+        if opening is not None:
+            self._opening = None
+            return opening + events
+        return events
+
+    async def failed(self, exc: BaseException) -> None:
+        """A step failed with ``exc`` (the backend's error, or the task's cancellation): the
+        outcome says so and the generation closes; the caller raises ``exc`` on."""
+        self._outcome.fail(exc, self.assembler.usage)
+        await self.aclose()
 
     async def aclose(self) -> None:
         """Cancel the backend's work if it is still going, free the slot, finish the outcome: a
         success when every choice ended, else the consumer stopped early (the client left)."""
         if self._closed:
             return
-        self._closed = self._done = True
+        self._closed = self.done = True
         try:
             await (self._source or self._batches).aclose()  # type: ignore[union-attr]
         finally:

@@ -4,6 +4,7 @@ chunks ending in ``[DONE]`` (or OpenAI's error event), or one ``chat.completion`
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from gateway.core.assemble import ChoiceEvent, Usage
@@ -52,7 +53,7 @@ class ChunkEncoding:
     """A stream's chunks (the ``http.streaming.StreamEncoding`` of chat and completions): the chat
     role chunks first, then each step's chunks, then the ``include_usage`` chunk and ``[DONE]``."""
 
-    __slots__ = ("_generation", "_encoder", "_choices", "_usage", "_include_usage")
+    __slots__ = ("_generation", "_encoder", "_choices", "_usage", "_include_usage", "step")
 
     opens_early = False
     """The role chunks wait for the first step: with continuous usage they carry its prompt count."""
@@ -72,6 +73,11 @@ class ChunkEncoding:
         self._choices = plan.choices
         self._usage = ContinuousUsage(plan.choices) if plan.continuous_usage else None
         self._include_usage = plan.include_usage
+        self.step: Callable[[list[ChoiceEvent]], bytes] = (
+            self._encoder.events if self._usage is None else self._step_with_usage
+        )
+        """One step's chunks: the encoder's own ``events`` unless each chunk carries its usage
+        (chosen once: every token calls it)."""
 
     def opening(self) -> bytes:
         """The chat role chunks (none for legacy completions). With continuous usage they count
@@ -80,10 +86,9 @@ class ChunkEncoding:
             return self._encoder.role_chunks(self._choices)
         return self._encoder.role_chunks(self._choices, Usage(self._generation.usage.prompt_tokens, 0))
 
-    def step(self, events: list[ChoiceEvent]) -> bytes:
+    def _step_with_usage(self, events: list[ChoiceEvent]) -> bytes:
         running = self._usage
-        if running is None:
-            return self._encoder.events(events, None)
+        assert running is not None
         # One chunk per event, each with its own usage (see ``openai.usage``).
         generation = self._generation
         usages = running.per_event(

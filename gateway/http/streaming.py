@@ -106,7 +106,7 @@ class StreamFrames:
     stream passes through it; ``aclose`` closes the generation (cancelling Triton's work if it is
     still going)."""
 
-    __slots__ = ("_encoding", "_generation", "_first", "_pending", "_ended")
+    __slots__ = ("_encoding", "_generation", "_first", "_pending", "ended")
 
     def __init__(self, encoding: StreamEncoding, generation: Generation, first: First) -> None:
         self._encoding = encoding
@@ -114,30 +114,21 @@ class StreamFrames:
         self._first: First | None = first
         self._pending: asyncio.Task[list[ChoiceEvent]] | None = None
         """The first step, still running when an early opening went out."""
-        self._ended = False
+        self.ended = False
+        """Whether the frame just returned was the stream's last (an attribute, not a property:
+        the writer asks per frame)."""
 
     def __aiter__(self) -> StreamFrames:
         return self
 
-    @property
-    def ended(self) -> bool:
-        return self._ended
-
     async def __anext__(self) -> bytes:
-        if self._ended:
+        if self.ended:
             raise StopAsyncIteration
         encoding, generation = self._encoding, self._generation
         out = b""
         try:
             first = self._first
-            if first is None:
-                pending = self._pending
-                if pending is None:
-                    out = encoding.step(await generation.__anext__())
-                else:
-                    self._pending = None
-                    out = encoding.step(await pending)
-            else:
+            if first is not None:
                 self._first = None
                 if not isinstance(first, list):
                     if encoding.opens_early:
@@ -145,23 +136,40 @@ class StreamFrames:
                         return encoding.opening()
                     first = await first
                 out = encoding.opening() + encoding.step(first)
+            elif self._pending is not None:
+                pending, self._pending = self._pending, None
+                out = encoding.step(await pending)
+            step, next_batch = encoding.step, generation.next_batch
             while not generation.done:
                 if out:
                     return out
-                out = encoding.step(await generation.__anext__())
+                if next_batch is None:  # several backend generations, merged
+                    out = step(await generation.__anext__())
+                    continue
+                # The generation's step, inline: a token's wake-up resumes one coroutine less.
+                try:
+                    try:
+                        events = generation.take(await next_batch())
+                    except StopAsyncIteration:
+                        events = generation.ended()
+                except BaseException as exc:
+                    await generation.failed(exc)
+                    raise
+                if events:
+                    out = step(events)
             # Every choice has ended: the closing goes out with this step's bytes, in one write.
             # A finished generation's next step reads nothing: it closes it and stops.
             await generation.__anext__()
             raise StopAsyncIteration  # never reached: a finished generation yields no step
         except StopAsyncIteration:
-            self._ended = True
+            self.ended = True
             return out + await encoding.closing()
         except GatewayError as exc:
-            self._ended = True
+            self.ended = True
             logger.warning("request failed mid-stream: %s", exc.message)
             return out + await encoding.failure(exc)
         except Exception:  # a bug below must still end the body with an event, never cut it off
-            self._ended = True
+            self.ended = True
             logger.exception("request failed mid-stream with an unexpected error")
             return out + await encoding.failure(GatewayError("The server had an error while processing your request."))
 
@@ -175,6 +183,6 @@ class StreamFrames:
                 await asyncio.wait({task})
         self._first = self._pending = None
         await self._generation.aclose()
-        if opened and not self._ended:
-            self._ended = True
+        if opened and not self.ended:
+            self.ended = True
             await self._encoding.cut_off()

@@ -115,7 +115,7 @@ class ChunkEncoder:
             self._chunk(self._choice(i, b'{"role":"assistant","content":""}', None, None), usage) for i in range(n)
         )
 
-    def events(self, events: Sequence[ChoiceEvent], usage: Usage | None) -> bytes:
+    def events(self, events: Sequence[ChoiceEvent], usage: Usage | None = None) -> bytes:
         """Chunks for one batch of events: content first, then a separate finish chunk (as OpenAI
         does: the last chunk of a choice has an empty delta and the finish reason)."""
         out = []
@@ -152,7 +152,7 @@ class ChunkEncoder:
                 delta = b"{}" if self._chat else b'""'
                 finish = _finish(finish_reason, self._legacy_functions)
                 out.append(self._chunk(self._choice(index, delta, finish, None), usage))
-        return b"".join(out)
+        return out[0] if len(out) == 1 else b"".join(out)
 
     def _text_opening(self, index: int) -> bytes:
         field = b',"delta":{"content":' if self._chat else b',"text":'

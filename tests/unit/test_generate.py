@@ -38,7 +38,9 @@ class Run:
         self.outcome = RequestOutcome(self.plan, Metrics(self.admission), log=False)
         self.generation = Generation(self.plan, backend, ticket, self.outcome)  # type: ignore[arg-type]
 
-    async def steps(self) -> list[list[ChoiceEvent]]:
+    async def steps(self, way: str = "anext") -> list[list[ChoiceEvent]]:
+        if way == "batches":
+            return await steps_by_batches(self.generation)
         return [events async for events in self.generation]
 
     @property
@@ -46,6 +48,35 @@ class Run:
         assert self.outcome.finished
         assert self.admission.in_flight == 0, "the slot must be released"
         return self.outcome.record.status, self.outcome.record.cancel_reason
+
+
+async def steps_by_batches(generation: Generation) -> list[list[ChoiceEvent]]:
+    """The steps as a stream's consumer takes them (``http.streaming.StreamFrames``): it awaits
+    ``next_batch`` itself and hands each batch to ``take``, ``ended`` at the end of the backend's
+    stream, ``failed`` on an error; once ``done``, ``__anext__`` closes the generation."""
+    steps = []
+    next_batch = generation.next_batch
+    assert next_batch is not None, "one backend generation is read directly"
+    while not generation.done:
+        try:
+            try:
+                events = generation.take(await next_batch())
+            except StopAsyncIteration:
+                events = generation.ended()
+        except BaseException as exc:
+            await generation.failed(exc)
+            raise
+        if events:
+            steps.append(events)
+    with pytest.raises(StopAsyncIteration):
+        await anext(generation)
+    return steps
+
+
+@pytest.fixture(params=["anext", "batches"])
+def way(request: pytest.FixtureRequest) -> str:
+    """Each generation step by ``__anext__``, or by ``next_batch`` and ``take``: the same steps."""
+    return str(request.param)
 
 
 class BatchBackend(ScriptedBackend):
@@ -57,36 +88,36 @@ class BatchBackend(ScriptedBackend):
         self.finished += 1
 
 
-async def test_each_backend_batch_is_one_step_then_usage_and_finish_reasons() -> None:
+async def test_each_backend_batch_is_one_step_then_usage_and_finish_reasons(way: str) -> None:
     backend = ScriptedBackend(text_chunks(b"he", b"llo", reason="length", prompt_tokens=3))
     run = Run(backend)
-    assert await run.steps() == [[ChoiceEvent(0, "he", None, None)], [ChoiceEvent(0, "llo", "length", None)]]
+    assert await run.steps(way) == [[ChoiceEvent(0, "he", None, None)], [ChoiceEvent(0, "llo", "length", None)]]
     assert run.generation.usage.as_dict() == {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
     assert run.generation.finish_reasons == ["length"]
     assert backend.finished + backend.closed_early == 1, "the backend's iterator is closed"
     assert run.ended == (200, None)
 
 
-async def test_a_batch_of_several_chunks_is_one_coalesced_event() -> None:
+async def test_a_batch_of_several_chunks_is_one_coalesced_event(way: str) -> None:
     run = Run(BatchBackend(text_chunks(b"he", b"l", b"lo", reason="stop")))
-    assert await run.steps() == [[ChoiceEvent(0, "hello", "stop", None)]]
+    assert await run.steps(way) == [[ChoiceEvent(0, "hello", "stop", None)]]
     assert run.ended == (200, None)
 
 
-async def test_stop_string_ends_the_steps_and_closes_the_backend_early() -> None:
+async def test_stop_string_ends_the_steps_and_closes_the_backend_early(way: str) -> None:
     backend = ScriptedBackend(text_chunks(b"ab", b"cE", b"ND", b"more", b"more", reason="length"))
     run = Run(backend, make_plan(stops=("END",)))
-    steps = await run.steps()
+    steps = await run.steps(way)
     assert "".join(e.text for step in steps for e in step) == "abc"
     assert steps[-1][-1].finish_reason == "stop"
     assert backend.closed_early == 1 and backend.finished == 0
     assert run.ended == (200, "stop_string")
 
 
-async def test_stop_string_on_the_final_chunk_is_not_a_cancellation() -> None:
+async def test_stop_string_on_the_final_chunk_is_not_a_cancellation(way: str) -> None:
     backend = ScriptedBackend(text_chunks(b"ab", b"END", reason="stop"))
     run = Run(backend, make_plan(stops=("END",)))
-    await run.steps()
+    await run.steps(way)
     assert run.ended == (200, None)
 
 
@@ -102,11 +133,11 @@ async def test_backend_error_after_the_first_step_is_raised_typed_and_finishes_t
         await anext(run.generation)
 
 
-async def test_an_aborted_sequence_is_a_backend_error() -> None:
+async def test_an_aborted_sequence_is_a_backend_error(way: str) -> None:
     chunk = GenerationChunk(text=(b"x",), finish_reason=("abort",), final=True)
     run = Run(ScriptedBackend([chunk]))
     with pytest.raises(BackendError):
-        await run.steps()
+        await run.steps(way)
     assert run.ended == (500, None)
 
 
@@ -140,16 +171,16 @@ async def test_closing_before_the_first_step_still_finishes_the_outcome() -> Non
     assert run.ended == (499, "client_disconnect")
 
 
-async def test_backend_stream_ending_without_a_final_flag_closes_every_choice() -> None:
+async def test_backend_stream_ending_without_a_final_flag_closes_every_choice(way: str) -> None:
     chunk = GenerationChunk(text=(b"hi",), finish_reason=(None,), num_output_tokens=(1,))
     run = Run(ScriptedBackend([chunk]), make_plan(max_tokens=(1,)))
-    assert await run.steps() == [[ChoiceEvent(0, "hi", None, None)], [ChoiceEvent(0, "", "length", None)]]
+    assert await run.steps(way) == [[ChoiceEvent(0, "hi", None, None)], [ChoiceEvent(0, "", "length", None)]]
     assert run.ended == (200, None)
 
 
-async def test_echo_is_said_first_as_its_own_event() -> None:
+async def test_echo_is_said_first_as_its_own_event(way: str) -> None:
     run = Run(ScriptedBackend(text_chunks(b" there")), make_plan(chat=False, echo=("hi",)))
-    steps = await run.steps()
+    steps = await run.steps(way)
     assert steps == [[ChoiceEvent(0, "hi", None, None), ChoiceEvent(0, " there", "stop", None)]]
 
 

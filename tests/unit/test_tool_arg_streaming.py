@@ -372,7 +372,9 @@ def spelled_string(draw: st.DrawFn, value: str, *, key: bool = False) -> str:
         return dumps(value)  # a valid Python literal too (ensure_ascii off: no surrogate pairs)
     if way == "split" and value:
         cut = draw(st.integers(0, len(value)))
-        return repr(value[:cut]) + draw(blanks) + repr(value[cut:])
+        # An empty first piece right before the second would open a triple-quoted string (''')
+        between = draw(blanks) or (" " if cut == 0 else "")
+        return repr(value[:cut]) + between + repr(value[cut:])
     if way == "triple" and not any(c in value for c in '"\\\r'):
         return '"""' + value + '"""' if not value.endswith('"') else repr(value)
     if way == "prefix":

@@ -8,6 +8,7 @@ travel.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 from typing import Any
 
@@ -139,6 +140,8 @@ _FINISH_REASONS: dict[bytes, str | None] = {
     b"abort": "abort",
 }
 _UNFINISHED = pack_bytes(b"None")
+_unpack_uint32 = struct.Struct("<I").unpack_from
+_new_tuple = tuple.__new__
 """The finish_reason tensor of every response but the last: one element, "None"."""
 
 
@@ -197,11 +200,26 @@ def vllm_outputs_plan(outputs: Outputs) -> ReadRaws | None:
         counted_in, counted_out = raws[in_at], raws[out_at]
         if len(counted_in) != in_size or len(counted_out) != out_size:
             return parse_vllm_outputs(outputs, raws, final)
-        text = split_bytes(raws[text_at])
+        raw = raws[text_at]
+        if len(raw) >= 4 and _unpack_uint32(raw)[0] == len(raw) - 4:
+            text: tuple[bytes, ...] = (raw[4:],)  # ``split_bytes``' one sequence, inline: per token
+        else:
+            text = split_bytes(raw)
         raw = raws[finish_at]
         finish = (None,) if raw == _UNFINISHED else tuple(map(_finish_reason, split_bytes(raw)))
-        return GenerationChunk(
-            text, finish or (None,) * len(text), unpack_in(counted_in)[0], unpack_out(counted_out), None, final
+        # ``tuple.__new__`` with every field: the NamedTuple's own ``__new__`` is a Python frame
+        return _new_tuple(
+            GenerationChunk,
+            (
+                text,
+                finish or (None,) * len(text),
+                unpack_in(counted_in)[0],
+                unpack_out(counted_out),
+                None,
+                final,
+                None,
+                None,
+            ),
         )
 
     return read

@@ -254,4 +254,8 @@ class StreamCall(BatchedCall[T]):
         held = self._held
         if held:
             self._held = 0
-            self._release(held)
+            unacked = self._unacked + held  # ``_release``, inline: this runs per token
+            if unacked < self._release_at:
+                self._unacked = unacked
+            else:
+                self._release(held)

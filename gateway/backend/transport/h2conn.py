@@ -251,7 +251,8 @@ class GrpcConnection(asyncio.Protocol):
         if self._unacked >= self._connection_window // 2:
             self._out.append(frame(WINDOW_UPDATE, 0, 0, self._unacked.to_bytes(4, "big")))
             self._unacked = 0
-        self._flush()
+        if self._out:  # most reads (a token each) write nothing
+            self._flush()
 
     def _control(self, data: bytes, pos: int, end: int) -> None:
         """Every frame but a call's DATA; raises ``ProtocolViolation`` for a protocol violation."""
