@@ -22,6 +22,11 @@ from bench.report import Report
 from bench.scenarios import SCENARIOS, scenario
 from bench.stack import THIS, Variant, exit_on_signals, log
 
+MICRO_ROUNDS = 10
+"""``micro``'s default rounds, even (ABBA): on the shared 2-core VM, intervals of about ±5-10 % per
+request and ±10-20 % per token in ~3.5 min; ±5 % per token would take ~100 rounds, which is what
+the instruction counts (1 %, ~1.5 min) are for."""
+
 
 def ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
@@ -68,10 +73,41 @@ def parser() -> argparse.ArgumentParser:
     soak.add_argument("--duration", type=float, default=60.0, help="seconds of load")
     soak.add_argument("--tokens", type=int, default=64, help="tokens per stream")
 
-    micro = command("micro", "the app's per-token CPU in one process; the tool-call parsers' µs per feed")
+    micro = command(
+        "micro",
+        "the app's per-token CPU in one process, the working tree against a commit; each feature's added cost; "
+        "instructions under valgrind; the parsers' µs per feed",
+    )
+    micro.set_defaults(repeat=MICRO_ROUNDS)
+    micro.add_argument(
+        "--against",
+        default=None,
+        metavar="REF",
+        help="compare the working tree (change) with this commit-ish (base, checked out in a temporary worktree); "
+        "without --variant the default is the merge base of HEAD and its upstream (else main)",
+    )
     micro.add_argument("--tokens", type=int, default=200, help="tokens per request")
-    micro.add_argument("--requests", type=int, default=30, help="requests per process (and as many of 1 token)")
+    micro.add_argument(
+        "--requests", type=int, default=10, help="requests of each kind per process (and as many of 1 token)"
+    )
     micro.add_argument("--prompt-bytes", type=int, default=10_000, help="prompt size")
+    micro.add_argument(
+        "--features",
+        default="",
+        help="comma-separated kinds of request to measure beside plain (default: all of "
+        "reasoning, tools, logprobs, stop, usage, keyed)",
+    )
+    micro.add_argument(
+        "--instructions",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="count instructions under valgrind (default: when valgrind, a C compiler and callgrind.h are there)",
+    )
+    micro.add_argument("--instruction-tokens", type=int, default=40, help="tokens per long request when counting")
+    micro.add_argument("--instruction-requests", type=int, default=2, help="requests of each kind when counting")
+    micro.add_argument(
+        "--instruction-delay", type=float, default=0.02, help="seconds between tokens when counting (pacing)"
+    )
     micro.add_argument(
         "--traced",
         action="store_true",

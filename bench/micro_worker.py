@@ -5,9 +5,15 @@ tree's. It uses public entry points only (``Settings``, ``create_app``, the ASGI
 lifespan, ``gateway.tools.make_parser``), so it measures any tree that has them.
 
 Streamed chat requests go one at a time through the ASGI app: Triton's HTTP/2 bytes in, SSE
-frames out, with no HTTP server, client socket or client process in the way. The figure is the
-event loop thread's CPU (``time.thread_time``) per token: requests of N tokens less requests of
-one token, over N - 1. Every token is a wake-up, as at c = 1. Prints one JSON line.
+frames out, with no HTTP server, client socket or client process in the way. Each kind of request
+(``FEATURES``: plain, reasoning, tools offered, logprobs, a stop string, continuous usage, a key
+with limits) is sent as N-token and one-token streams, the kinds alternated, every answer checked.
+The figures are the event loop thread's CPU (``time.thread_time``) of each request and the chunks
+each long stream went out in; ``micro`` turns them into µs per token and per request. Prints one
+JSON line.
+
+With ``"mode": "instructions"`` it runs under callgrind instead (``bench/instructions.py``): on
+the paced ``scripted`` model, each kind's batches of requests counted and dumped apart.
 
 With ``"mode": "agents"`` in its spec it measures ``agents``' bodies instead (``bench/agents.py``):
 the CPU per request of each API's coding-agent body with and without tools, or their profile.
@@ -16,11 +22,15 @@ the CPU per request of each API's coding-agent body with and without tools, or t
 from __future__ import annotations
 
 import asyncio
+import functools
+import hashlib
 import json
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,8 +50,9 @@ class Answer:
     body: bytes
 
 
-async def post(app: Any, body: bytes, path: str = CHAT_PATH) -> Answer:
-    """One streamed request through the ASGI app, timed."""
+async def post(app: Any, body: bytes, path: str = CHAT_PATH, headers: tuple[tuple[bytes, bytes], ...] = ()) -> Answer:
+    """One streamed request through the ASGI app, timed; ``headers`` go beside the content type
+    and length (an ``authorization`` for a keyed app)."""
     scope = {
         "type": "http",
         "asgi": {"version": "3.0"},
@@ -52,7 +63,11 @@ async def post(app: Any, body: bytes, path: str = CHAT_PATH) -> Answer:
         "raw_path": path.encode(),
         "query_string": b"",
         "root_path": "",
-        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        "headers": [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            *headers,
+        ],
         "client": ("127.0.0.1", 1),
         "server": ("127.0.0.1", 8000),
         "state": {},
@@ -90,33 +105,386 @@ async def post(app: Any, body: bytes, path: str = CHAT_PATH) -> Answer:
     )
 
 
-async def one_request(app: Any, body: bytes) -> tuple[float, bytes]:
-    """Thread CPU seconds of one streamed chat request through the ASGI app, and its body."""
-    answer = await post(app, body)
-    return answer.thread_cpu, answer.body
+TOKEN = "tok "
+"""What ``firehose`` and the script below send per token."""
+
+SHORT_MARK, LONG_MARK = "SHORT-STREAM", "LONG-STREAM!"
+"""Said after the script: the short request's makes the script answer one token. Equally long,
+so both requests' prompts are the same size."""
+
+KEY = "bench-micro-key"
+"""The keyed app's one API key (its file holds the hash)."""
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The weather in a city.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    }
+]
 
 
-async def per_token(app: Any, model: str, prompt: str, tokens: int, requests: int, *, said: int = 1) -> dict[str, Any]:
-    """``said``: how many times each token's text is in the stream (a reasoning delta says it
-    under two names)."""
+@dataclass(frozen=True, slots=True)
+class Feature:
+    """One kind of streamed chat request, measured beside the plain one in the same process so
+    that what it adds is a difference of two figures taken under the same conditions."""
 
-    def body(n: int) -> bytes:
-        messages = [{"role": "user", "content": prompt}]
-        return json.dumps({"model": model, "messages": messages, "max_tokens": n, "stream": True}).encode()
+    name: str
+    title: str
+    """What the report's row says."""
+    app: str = "plain"
+    """Which app serves it (``APPS``): a feature that needs settings gets an app of its own."""
+    body: tuple[tuple[str, Any], ...] = ()
+    """Fields added to the plain request's body."""
+    headers: tuple[tuple[bytes, bytes], ...] = ()
+    scripted: bool = False
+    """On the ``scripted`` model even when the others run on ``firehose``: ``firehose`` sends
+    ``null`` logprobs, which leave the gateway nothing to convert."""
 
-    long_body, short_body = body(tokens), body(1)
-    for _ in range(3):  # first-use costs
-        await one_request(app, long_body)
-    long, short = [], []
-    for _ in range(requests):
-        cpu, text = await one_request(app, long_body)
-        if text.count(b"tok ") != tokens * said or not text.endswith(b"data: [DONE]\n\n"):
-            raise RuntimeError(f"unexpected stream: {text[-300:]!r}")
-        long.append(cpu)
-        short.append((await one_request(app, short_body))[0])
+
+FEATURES = (
+    Feature("plain", "plain"),
+    Feature("reasoning", "reasoning (`deepseek_r1`, all of the stream)", app="reasoning"),
+    Feature("tools", "tools offered (`hermes`), the model answers prose", app="tools", body=(("tools", TOOLS),)),
+    Feature("plain, scripted", "plain, `scripted` model", scripted=True),
+    Feature(
+        "logprobs",
+        "`logprobs`, `top_logprobs: 2` (`scripted` model)",
+        body=(("logprobs", True), ("top_logprobs", 2)),
+        scripted=True,
+    ),
+    Feature("stop", "a `stop` string that never matches", body=(("stop", ["never-matches"]),)),
+    Feature(
+        "usage",
+        "`stream_options`: usage, on every chunk",
+        body=(("stream_options", {"include_usage": True, "continuous_usage_stats": True}),),
+    ),
+    Feature(
+        "keyed",
+        "an API key with `rpm`, `tpm` and `max_concurrent`",
+        app="keyed",
+        headers=((b"authorization", f"Bearer {KEY}".encode()),),
+    ),
+)
+"""Every kind ``micro`` measures. On the paced ``scripted`` model (instruction counts) every
+feature is scripted and ``plain, scripted`` is ``plain`` itself."""
+
+REFERENCE = {"logprobs": "plain, scripted"}
+"""The feature whose figures another's added cost is taken over (``plain`` unless named)."""
+
+
+class Unavailable(Exception):
+    """A feature this tree cannot run (a setting or parser it lacks): its figures are missing,
+    the run goes on."""
+
+
+def script(tokens: int, delay: float) -> str:
+    """The ``scripted`` model's script: ``tokens`` responses of ``TOKEN``, each carrying a sampled
+    token and two alternatives as logprobs (sent only when asked for), ``delay`` seconds apart; one
+    response when the prompt after the script says ``SHORT_MARK``."""
+    entry = {
+        "7": {"logprob": -0.05, "rank": 1, "decoded_token": TOKEN},
+        "8": {"logprob": -3.5, "rank": 2, "decoded_token": "tik "},
+        "9": {"logprob": -4.25, "rank": 3, "decoded_token": "tak "},
+    }
+    response: dict[str, Any] = {"utf8": [TOKEN], "logprobs": [[entry]]}
+    if delay:
+        response["delay"] = delay
+    short = {"seen": SHORT_MARK, "responses": [response]}
+    return json.dumps({"responses": [response] * tokens, "after": [short]}, separators=(",", ":"))
+
+
+def settings_for(app: str, model: str, base: dict[str, Any], workdir: Path) -> Any:
+    """The ``Settings`` of one of ``APPS`` for ``model``; ``Unavailable`` where this tree lacks
+    what it needs. A field an old tree does not know would be ignored, not refused
+    (``extra="ignore"``), so each is looked up first."""
+    from gateway.config import Settings
+
+    fields = Settings.model_fields
+    extra: dict[str, Any] = {}
+    if app == "reasoning":
+        try:
+            from gateway.reasoning.registry import REASONING_PARSERS  # noqa: F401
+        except ImportError as exc:
+            raise Unavailable(f"no reasoning parsers ({exc})") from None
+        extra["model_files"] = {model: {"reasoning_parser": "deepseek_r1"}}
+    elif app == "tools":
+        extra["model_files"] = {model: {"tool_call_parser": "hermes"}}
+    elif app == "keyed":
+        if "api_key_policy_file" not in fields:
+            raise Unavailable("no api_key_policy_file setting")
+        keys = workdir / "keys.toml"
+        digest = hashlib.sha256(KEY.encode()).hexdigest()
+        keys.write_text(
+            f'[[key]]\nname = "bench"\nsha256 = "{digest}"\nrpm = 1000000\ntpm = 1000000000\nmax_concurrent = 4\n'
+        )
+        extra["api_key_policy_file"] = keys
+        if "api_key_reload_interval" in fields:
+            extra["api_key_reload_interval"] = 0.0  # no file check on a timer during other features' requests
+    # Background work on the loop thread that belongs to no request lands in whichever request
+    # runs then: the model list read again every 10 s, keepalive pings every 30 s.
+    if "model_refresh_interval" in fields:
+        extra["model_refresh_interval"] = 1e9
+    if "grpc_keepalive_ms" in fields:
+        extra["grpc_keepalive_ms"] = 3_600_000
+    try:
+        return Settings(**base, **extra)
+    except ValueError as exc:  # pydantic's ValidationError: a model_files key this tree lacks
+        raise Unavailable(f"settings refused: {str(exc).splitlines()[0]} {str(exc).splitlines()[-1]}") from None
+
+
+APPS = ("plain", "reasoning", "tools", "keyed")
+
+
+class Requests:
+    """The two bodies of each feature: a ``tokens``-token stream and a one-token one, alike
+    otherwise (the same prompt, the same fields), so their difference is the tokens alone."""
+
+    def __init__(self, prompt: str, tokens: int, all_scripted: bool, delay: float) -> None:
+        self.prompt = prompt
+        self.tokens = tokens
+        self.all_scripted = all_scripted
+        self.script = script(tokens, delay)
+
+    def model(self, feature: Feature) -> str:
+        return "scripted" if self.all_scripted or feature.scripted else "firehose"
+
+    def body(self, feature: Feature, long: bool) -> bytes:
+        if self.model(feature) == "scripted":
+            mark = LONG_MARK if long else SHORT_MARK
+            content = f"{self.prompt}<script>{self.script}</script> {mark}"
+            max_tokens = self.tokens  # the script, not the limit, ends the short one
+        else:
+            content, max_tokens = self.prompt, self.tokens if long else 1
+        request = {
+            "model": self.model(feature),
+            "messages": [{"role": "user", "content": content}],
+            "max_tokens": max_tokens,
+            "stream": True,
+            **dict(feature.body),
+        }
+        return json.dumps(request).encode()
+
+
+def check_stream(feature: Feature, answer: Answer, tokens: int) -> int:
+    """The number of chunks that carried text, after checking that ``answer`` is a finished
+    stream of exactly ``tokens`` tokens of text (the answer's, or the reasoning's) with what the
+    feature asked for: a logprob with two alternatives per token, usage on every such chunk.
+    A wrong answer raises: it is an error, never a fast success. Tokens that arrive together go
+    out as one chunk, so the count says how often the stream woke up."""
+    body = answer.body
+    if answer.status != 200 or not body.endswith(b"data: [DONE]\n\n"):
+        raise RuntimeError(f"{feature.name}: status {answer.status}, {body[-400:]!r}")
+    text: list[str] = []
+    chunks = logprobs = usage = 0
+    ends_with_usage = False
+    for line in body.split(b"\n"):
+        if not line.startswith(b"data: {"):
+            continue
+        chunk = json.loads(line[6:])
+        if "error" in chunk:
+            raise RuntimeError(f"{feature.name}: {chunk['error']}")
+        ends_with_usage = bool(chunk.get("usage"))
+        for choice in chunk.get("choices") or ():
+            delta = choice.get("delta") or {}
+            if delta.get("tool_calls"):
+                raise RuntimeError(f"{feature.name}: a tool call in prose: {delta}")
+            said = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") or ""
+            text.append(said)
+            chunks += bool(said)
+            usage += bool(said and chunk.get("usage"))
+            content = (choice.get("logprobs") or {}).get("content") or ()
+            logprobs += sum(len(item.get("top_logprobs") or ()) == 2 for item in content)
+    joined = "".join(text)
+    if joined != TOKEN * tokens:
+        raise RuntimeError(f"{feature.name}: {len(joined)} characters of text, not {tokens} tokens: {body[-300:]!r}")
+    asked = dict(feature.body)
+    if asked.get("logprobs") and logprobs != tokens:
+        raise RuntimeError(f"{feature.name}: {logprobs} tokens with two alternatives, not {tokens}")
+    if "stream_options" in asked and (usage != chunks or not ends_with_usage):
+        raise RuntimeError(f"{feature.name}: usage on {usage} of {chunks} chunks, or not at the end")
+    return chunks
+
+
+def quiet_background() -> None:
+    """No replica housekeeping: every 0.25 s each app's pool (``Bench`` runs four) looks for due
+    readiness probes, and every 5 s probes its replica (``ServerReady`` and the model list, about
+    1.5 million instructions), on the loop thread, in the middle of whichever request runs then:
+    work per second, not per token, that a slower run would count more of. The replica is in
+    rotation from the start, so nothing else changes. Module constants, set where the tree has
+    them."""
+    try:
+        from gateway.backend.replicas import pool
+    except ImportError:
+        return
+    if hasattr(pool, "TICK"):
+        pool.TICK = 1e9
+    if hasattr(pool, "HEALTH_INTERVAL"):
+        pool.HEALTH_INTERVAL = 1e9
+
+
+class Bench:
+    """The apps of one tree, serving every feature it can run, and the requests to send them."""
+
+    def __init__(self, spec: dict[str, Any], workdir: Path, all_scripted: bool) -> None:
+        self.requests = Requests(spec["prompt"], spec["tokens"], all_scripted, spec.get("delay", 0.0))
+        wanted = spec.get("features") or [f.name for f in FEATURES]
+        self.features = [f for f in FEATURES if f.name in wanted and not (all_scripted and f.name == "plain, scripted")]
+        if "plain" not in [f.name for f in self.features]:
+            self.features.insert(0, FEATURES[0])  # what every other feature's cost is over
+        self.base = {"triton_url": spec["triton_url"], "model_repository": [Path(p) for p in spec["repositories"]]}
+        self.workdir = workdir
+        self.apps: dict[str, Any] = {}
+        self.missing: dict[str, str] = {}
+        """Feature name: why this tree cannot run it."""
+
+    async def start(self, stack: AsyncExitStack) -> None:
+        """Each app with its lifespan entered (left when ``stack`` closes); a feature whose app
+        cannot be made is missing."""
+        from gateway.app import create_app
+
+        quiet_background()
+        for app in APPS:
+            users = [f for f in self.features if f.app == app]
+            if not users:
+                continue
+            model = self.requests.model(users[0])
+            try:
+                settings = settings_for(app, model, self.base, self.workdir)
+            except Unavailable as exc:
+                self.missing.update({f.name: str(exc) for f in users})
+                continue
+            created = create_app(settings)
+            await stack.enter_async_context(created.router.lifespan_context(created))
+            self.apps[app] = created
+
+    @property
+    def running(self) -> list[Feature]:
+        return [f for f in self.features if f.name not in self.missing]
+
+    async def send(self, feature: Feature, long: bool) -> Answer:
+        return await post(self.apps[feature.app], self.requests.body(feature, long), headers=feature.headers)
+
+    def check(self, feature: Feature, answer: Answer, long: bool) -> int:
+        """The answer's chunks with text, 0 when it is wrong, which makes the feature missing
+        (``plain``'s raises: without it nothing compares)."""
+        try:
+            return check_stream(feature, answer, self.requests.tokens if long else 1)
+        except RuntimeError as exc:
+            if feature.name == "plain":
+                raise
+            self.missing[feature.name] = f"wrong answer: {str(exc)[:300]}"
+            return 0
+
+
+async def time_features(bench: Bench, requests: int) -> dict[str, Any]:
+    """µs of the event loop thread's CPU per token and per one-token request of each feature,
+    the features alternated request by request (the order reversed every other pass) so that a
+    slow spell of the machine touches them all alike."""
+    for feature in bench.running:  # first-use costs: the template, the caches' first fill
+        for long in (True, True, False):
+            bench.check(feature, await bench.send(feature, long), long)
+    samples: dict[str, tuple[list[Answer], list[Answer]]] = {f.name: ([], []) for f in bench.running}
+    chunks: dict[str, list[int]] = {f.name: [] for f in bench.running}
+    for i in range(requests):
+        features = bench.running
+        for feature in features if i % 2 == 0 else features[::-1]:
+            for long in (True, False):
+                answer = await bench.send(feature, long)
+                said = bench.check(feature, answer, long)
+                if said:
+                    samples[feature.name][long is False].append(answer)
+                    if long:
+                        chunks[feature.name].append(said)
+    out: dict[str, Any] = {}
+    tokens = bench.requests.tokens
+    for feature in bench.running:
+        long_answers, short_answers = samples[feature.name]
+        long_cpu = statistics.median(a.thread_cpu for a in long_answers)
+        short_cpu = statistics.median(a.thread_cpu for a in short_answers)
+        every = [a.process_cpu for a in long_answers + short_answers]
+        out[feature.name] = {
+            # ``micro`` reads µs per token off the long streams' cost against their chunks
+            # (bench/compare.py, ``cost_at``); this is the plain difference of medians.
+            "us_per_token_median": (long_cpu - short_cpu) / (tokens - 1) * 1e6,
+            "us_per_request": short_cpu * 1e6,
+            # Every thread's: a traced app's exporter thread counts too (the loop thread's figures
+            # do not see it); the mean over the long and short requests.
+            "process_us_per_request": statistics.fmean(every) * 1e6,
+            "chunks_per_stream": statistics.median(chunks[feature.name]),
+            "long_us": [a.thread_cpu * 1e6 for a in long_answers],
+            "long_chunks": chunks[feature.name],
+            "short_us": [a.thread_cpu * 1e6 for a in short_answers],
+        }
+    return out
+
+
+SETTLE = 1.5
+"""Seconds a batch of counted requests waits before its dump: a finished call is reset by a timer
+a second after its last response if Triton's trailers have not come (``TRAILERS_GRACE``), so a
+batch's deferred work would otherwise land in whichever batch runs then."""
+
+
+async def count_features(bench: Bench, requests: int, library: str) -> dict[str, Any]:
+    """Under callgrind (``bench/instructions.py``): each feature's ``requests`` one-token
+    requests, then as many long ones, each batch dumped as callgrind counters of its own
+    (``<feature>|short``, ``<feature>|long``); instrumentation starts after the apps did, so the
+    imports and start-up run at nearly native speed. Before each batch a full garbage collection,
+    so that every batch starts from the same collector state and its collections fall at the same
+    allocations. Answers are checked after their dump, so the checks are not counted; each long
+    stream's chunks are kept, to show that every token was a wake-up of its own."""
+    import ctypes
+    import gc
+
+    callgrind = ctypes.CDLL(library)
+    callgrind.cg_start()
+    for feature in bench.running:  # first-use costs, counted by no dump
+        for long in (True, False, True, False):
+            bench.check(feature, await bench.send(feature, long), long)
+    await asyncio.sleep(SETTLE)
+    dumps = []
+    chunks: dict[str, list[int]] = {}
+    for feature in bench.running:
+        for long in (False, True):
+            gc.collect()
+            callgrind.cg_zero()
+            answers = [await bench.send(feature, long) for _ in range(requests)]
+            await asyncio.sleep(SETTLE)  # the batch's own deferred work, in its dump
+            name = f"{feature.name}|{'long' if long else 'short'}"
+            callgrind.cg_dump(name.encode())
+            said = [bench.check(feature, answer, long) for answer in answers]
+            if all(said):
+                dumps.append(name)
+                if long:
+                    chunks[feature.name] = said
+    callgrind.cg_stop()
+    return {"dumps": dumps, "chunks": chunks}
+
+
+async def measure(spec: dict[str, Any]) -> dict[str, Any]:
+    import gateway
+
+    counting = spec.get("mode") == "instructions"
+    with tempfile.TemporaryDirectory(prefix="bench-micro-worker-") as workdir:
+        bench = Bench(spec, Path(workdir), all_scripted=counting)
+        async with AsyncExitStack() as stack:
+            await bench.start(stack)
+            if counting:
+                figures = await count_features(bench, spec["requests"], spec["callgrind_library"])
+            else:
+                figures = {"features": await time_features(bench, spec["requests"])}
+    result: dict[str, Any] = {"package": gateway.__file__, **figures, "missing": bench.missing}
+    if counting or not spec.get("parsers", True):
+        return result
     return {
-        "us_per_token": (statistics.median(long) - statistics.median(short)) / (tokens - 1) * 1e6,
-        "us_per_request": statistics.median(short) * 1e6,
+        **result,
+        "tool_parsers_us_per_feed": tool_parsers(),
+        "reasoning_parsers_us_per_feed": reasoning_parsers(),
+        "streamed_arguments_us_per_feed": streamed_arguments(),
+        "contracts_us_per_token": contracts(),
     }
 
 
@@ -149,7 +517,11 @@ def tool_parsers() -> dict[str, float]:
     except ImportError:
         return {}
     tools = frozenset({"get_weather"})
-    return {name: us_per_feed(lambda name=name: make_parser(name, tools).feed) for name in PARSERS}
+
+    def fresh(name: str) -> Callable[[str], object]:
+        return make_parser(name, tools).feed
+
+    return {name: us_per_feed(functools.partial(fresh, name)) for name in PARSERS}
 
 
 STREAMED_OPENINGS = {
@@ -197,45 +569,7 @@ def reasoning_parsers() -> dict[str, float]:
         parser.feed(openings.get(name, ""))
         return parser.feed
 
-    return {name: us_per_feed(lambda name=name: thinking(name)) for name in REASONING_PARSERS}
-
-
-async def measure(spec: dict[str, Any]) -> dict[str, Any]:
-    import gateway
-    from gateway.app import create_app
-    from gateway.config import Settings
-
-    repositories = [Path(p) for p in spec["repositories"]]
-    settings = Settings(triton_url=spec["triton_url"], model_repository=repositories)
-    app = create_app(settings)
-    async with app.router.lifespan_context(app):
-        process_started = time.process_time()
-        result = await per_token(app, "firehose", spec["prompt"], spec["tokens"], spec["requests"])
-        # Every thread's CPU: a traced app's exporter thread counts too (the loop thread's figures
-        # do not see it). 3 warm-up requests, then ``requests`` long and ``requests`` short ones.
-        process = time.process_time() - process_started
-        result["process_us_per_request"] = process / (3 + 2 * spec["requests"]) * 1e6
-    extra: dict[str, Any] = {}
-    reasoning = reasoning_parsers()
-    if reasoning:  # the same stream, all of it reasoning (deepseek_r1: the prompt opened it)
-        thinking = Settings(
-            triton_url=spec["triton_url"],
-            model_repository=repositories,
-            model_files={"firehose": {"reasoning_parser": "deepseek_r1"}},  # type: ignore[dict-item]
-        )
-        app = create_app(thinking)
-        async with app.router.lifespan_context(app):
-            split = await per_token(app, "firehose", spec["prompt"], spec["tokens"], spec["requests"], said=2)
-        extra["us_per_token_reasoning"] = split["us_per_token"]
-    return {
-        "package": gateway.__file__,
-        **result,
-        **extra,
-        "tool_parsers_us_per_feed": tool_parsers(),
-        "reasoning_parsers_us_per_feed": reasoning,
-        "streamed_arguments_us_per_feed": streamed_arguments(),
-        "contracts_us_per_token": contracts(),
-    }
+    return {name: us_per_feed(functools.partial(thinking, name)) for name in REASONING_PARSERS}
 
 
 AGENT_ENDS = {
