@@ -193,7 +193,15 @@ def create_app(settings: Settings, backend: Backend | None = None) -> FastAPI:
             if tracing is not None:
                 tracing.shutdown()
 
-    app = FastAPI(title="triton-openai-gateway", version="0.1.0", lifespan=lifespan)
+    # FastAPI's own OpenTelemetry hooks stay off: the gateway traces its requests itself
+    # (``gateway.tracing``, spans that see the direct routes and the h2 transport), and with them
+    # on, FastAPI asks for the global tracer, meter and logger providers on every request.
+    app = FastAPI(
+        title="triton-openai-gateway",
+        version="0.1.0",
+        lifespan=lifespan,
+        telemetry={"tracing": False, "metrics": False, "logs": False},
+    )
     seal = ReasoningSeal.from_setting(settings.reasoning_secret)
     components = Components(settings, the_backend, catalog, the_metrics, service, store, images, seal)
     app.state.components = components

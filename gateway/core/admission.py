@@ -138,9 +138,10 @@ class Admission:
         self.gates: dict[str, ModelGate] = {}
 
     def gate(self, model: str) -> ModelGate:
-        if model not in self.gates:
-            self.gates[model] = ModelGate(*self.limits(model))
-        return self.gates[model]
+        gate = self.gates.get(model)
+        if gate is None:
+            gate = self.gates[model] = ModelGate(*self.limits(model))
+        return gate
 
     def try_acquire(self, model: str, adapter: str | None) -> Ticket | None:
         """A slot now if one is free and nobody is waiting, else None (then ``acquire``)."""

@@ -92,7 +92,7 @@ def request_context(request: Request, settings: Settings) -> RequestContext:
     raised) by an ``X-Request-Timeout: <seconds>`` header. A plain call rather than a dependency,
     to keep the completion routes at one dependency."""
     timeout = settings.request_timeout
-    header = request.headers.get(TIMEOUT_HEADER)
+    header, session = _context_headers(request)
     if header is not None:
         try:
             asked = float(header)
@@ -102,5 +102,23 @@ def request_context(request: Request, settings: Settings) -> RequestContext:
             raise InvalidRequestError(f"{TIMEOUT_HEADER} must be a positive number of seconds, got {header!r}")
         timeout = asked if timeout is None else min(timeout, asked)
     deadline = None if timeout is None else time.monotonic() + timeout
-    session = request.headers.get(SESSION_HEADER) or None
-    return RequestContext(request_id_of(request.scope), deadline, session)
+    return RequestContext(request_id_of(request.scope), deadline, session or None)
+
+
+_TIMEOUT_NAME = TIMEOUT_HEADER.encode("latin-1")
+_SESSION_NAME = SESSION_HEADER.encode("latin-1")
+
+
+def _context_headers(request: Request) -> tuple[str | None, str | None]:
+    """The first ``X-Request-Timeout`` and ``X-Session-Id``, as ``request.headers.get`` reads
+    them, in one pass over the headers (a ``get`` of an absent header raises and catches a
+    ``KeyError``, and most requests carry neither)."""
+    timeout: str | None = None
+    session: str | None = None
+    for name, value in request.scope["headers"]:
+        if name == _TIMEOUT_NAME:
+            if timeout is None:
+                timeout = value.decode("latin-1")
+        elif name == _SESSION_NAME and session is None:
+            session = value.decode("latin-1")
+    return timeout, session

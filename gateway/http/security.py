@@ -7,7 +7,6 @@ extra task is spawned per request.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from collections.abc import Iterable
 
 import orjson
@@ -22,7 +21,7 @@ from gateway.errors import (
 from gateway.http.errors import error_payload
 from gateway.keys.context import RequestKey, current_key
 from gateway.keys.limits import Admit, LimitStore, LimitUnavailable, rate_headers, retry_after
-from gateway.keys.policy import KeyPolicy, KeyRing
+from gateway.keys.policy import KeyPolicy, KeyRing, hash_key
 from gateway.metrics import Metrics
 
 
@@ -132,7 +131,8 @@ class ApiKeyMiddleware:
                 scope["path"],
             )
             return
-        policy = self.ring.lookup(token)
+        digest = hash_key(token)
+        policy = self.ring.lookup_digest(digest)
         if policy is None:
             await send_error(
                 send,
@@ -141,7 +141,7 @@ class ApiKeyMiddleware:
             )
             return
         state = scope.setdefault("state", {})
-        state[OWNER] = f"key:{policy.name}" if policy.name else hashlib.sha256(token).hexdigest()
+        state[OWNER] = f"key:{policy.name}" if policy.name else digest
         state[KEY_NAME] = policy.name
         limits = self.limits if policy.limited else None
         reset = current_key.set(RequestKey(policy, limits))

@@ -132,7 +132,10 @@ class KeyRing:
     def lookup(self, presented: bytes) -> KeyPolicy | None:
         """The policy of a presented key, None if it is not one. A dict lookup by the key's hash:
         what an attacker can time is the hash, which tells nothing about any key."""
-        digest = hash_key(presented)
+        return self.lookup_digest(hash_key(presented))
+
+    def lookup_digest(self, digest: str) -> KeyPolicy | None:
+        """``lookup`` by the key's ``hash_key``, for a caller that keeps the digest."""
         return self._policies.get(digest) or self._flat.get(digest)
 
     def __len__(self) -> int:

@@ -122,8 +122,8 @@ async def plan_budget(
     return _budget(
         requested,
         model,
-        prompt,
         settings,
+        cap=cap,
         min_tokens=min_tokens,
         param=param,
         prompt_tokens=counted,
@@ -150,21 +150,21 @@ def token_budget(
     cap = settings.limits_for(model.name)[2]
     check_prompt_limits(prompt, requested, max_prompt_chars=settings.max_prompt_chars, max_tokens_cap=cap)
     counted = count_prompt_tokens(model, prompt)
-    return _budget(requested, model, prompt, settings, min_tokens=min_tokens, param=param, prompt_tokens=counted)
+    return _budget(requested, model, settings, cap=cap, min_tokens=min_tokens, param=param, prompt_tokens=counted)
 
 
 def _budget(
     requested: int | None,
     model: ServedModel,
-    prompt: str,
     settings: Settings,
     *,
+    cap: int | None,
     min_tokens: int | None,
     param: str,
     prompt_tokens: int | None,
     up_to_context: bool = False,
 ) -> tuple[int, int | None]:
-    cap = settings.limits_for(model.name)[2]
+    """``cap``: the model's ``max_tokens_limit`` (``Settings.limits_for``), read once by the caller."""
     if prompt_tokens == 0:
         raise InvalidRequestError("The decoder prompt cannot be empty", param=param)
     max_tokens = resolve_max_tokens(

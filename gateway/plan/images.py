@@ -66,10 +66,9 @@ def image_parts(
 
 
 async def load_images(
-    body: ChatCompletionRequest, model: ServedModel, settings: Settings, fetcher: ImageFetcher | None
+    found: list[tuple[str, OtherContentPart]], settings: Settings, fetcher: ImageFetcher | None
 ) -> tuple[str, ...]:
-    """The request's images as base64 files, each checked; () when it has none."""
-    found = image_parts(body, model, settings)
+    """The image parts ``image_parts`` found, as base64 files, each checked; () when there are none."""
     if not found:
         return ()
     rules = ImageRules(frozenset(settings.image_formats), settings.image_max_bytes, settings.image_max_pixels)

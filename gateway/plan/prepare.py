@@ -39,7 +39,7 @@ from gateway.plan.extras import check_extras
 from gateway.plan.images import image_parts, load_images
 from gateway.plan.limits import check_chat_limits, check_sampling_limits
 from gateway.plan.reasoning import needs_special_tokens, plan_reasoning
-from gateway.plan.requests import ChatCompletionRequest, CompletionRequest, SamplingFields
+from gateway.plan.requests import ChatCompletionRequest, CompletionRequest, OtherContentPart, SamplingFields
 from gateway.plan.sampling import stop_list, structured_outputs, to_generation_requests, tokens_for
 from gateway.plan.tools import NO_TOOLS, ToolsDecision, from_legacy_functions, plan_tools
 from gateway.plan.validate import check_request
@@ -155,6 +155,8 @@ class ChatPrompt:
     tools: ToolsDecision
     prompt: str
     """The rendered prompt: the text the backend tokenizes."""
+    images: list[tuple[str, OtherContentPart]]
+    """Its image parts (where each is, the part), checked against the model but not yet read."""
 
 
 async def render_chat(body: ChatCompletionRequest, catalog: ModelCatalog, settings: Settings) -> ChatPrompt:
@@ -166,12 +168,12 @@ async def render_chat(body: ChatCompletionRequest, catalog: ModelCatalog, settin
     check_extras(body)
     resolved = resolve_model(body.model, await catalog.models(), settings.lora_separator)  # 2
     check_request(body, resolved.model, settings)  # 3
-    image_parts(body, resolved.model, settings)  # images only where the model takes them
+    images = image_parts(body, resolved.model, settings)  # images only where the model takes them
     tools: ToolsDecision = plan_tools(body, resolved.model) if body.tools else NO_TOOLS  # 4
     prompt = render_chat_prompt(  # 5
         body, resolved, tools.template_tools, allow_request_template=settings.allow_request_chat_template
     )
-    return ChatPrompt(body, resolved, tools, prompt)
+    return ChatPrompt(body, resolved, tools, prompt, images)
 
 
 async def prepare_chat(
@@ -185,7 +187,7 @@ async def prepare_chat(
     trace, started = current_trace.get(), time.perf_counter()
     rendered = await render_chat(body, catalog, settings)  # 1-5
     body, resolved, tools, prompt = rendered.body, rendered.resolved, rendered.tools, rendered.prompt
-    loaded = await load_images(body, resolved.model, settings, images)  # each image read and checked
+    loaded = await load_images(rendered.images, settings, images)  # each image read and checked
     max_tokens, prompt_tokens = await plan_budget(  # 6
         chat_max_tokens(body),
         resolved.model,

@@ -35,6 +35,7 @@ _PASS_THROUGH = (
     "allowed_token_ids",
     "spaces_between_special_tokens",
 )
+_PASS_THROUGH_FIELDS = frozenset(_PASS_THROUGH)
 
 
 def stop_list(stop: str | list[str] | None) -> list[str]:
@@ -58,10 +59,11 @@ def to_sampling_params(
     (the client's own ``skip_special_tokens`` still wins)."""
     # One sequence per backend request: ``n`` > 1 is sent as n requests (``to_generation_requests``).
     params: dict[str, Any] = {"max_tokens": max_tokens, "n": 1}
-    for name in _PASS_THROUGH:
-        value = getattr(request, name)
-        if value is not None:
-            params[name] = value
+    if not _PASS_THROUGH_FIELDS.isdisjoint(request.model_fields_set):  # a field not sent is None
+        for name in _PASS_THROUGH:
+            value = getattr(request, name)
+            if value is not None:
+                params[name] = value
     stops = stop_list(request.stop)
     if stops:
         params["stop"] = stops

@@ -36,16 +36,17 @@ def check_request(body: SamplingFields, model: ServedModel, settings: Settings) 
             f"The model '{model.name}' is an embedding model (run as pooling): it serves /v1/embeddings only.",
             param="model",
         )
-    vocab = model.tokenizer.get_vocab_size() if model.tokenizer is not None else None
     if body.allowed_token_ids is not None and not body.allowed_token_ids:
         raise InvalidRequestError("allowed_token_ids is not None and empty!", param="allowed_token_ids")
-    checked = (
-        ("stop_token_ids", body.stop_token_ids or ()),
-        ("logit_bias", _bias_ids(body)),
-        ("allowed_token_ids", body.allowed_token_ids or ()),
-    )
-    for name, ids in checked:
-        _check_ids(name, ids, vocab)
+    if body.stop_token_ids or body.logit_bias or body.allowed_token_ids:
+        vocab = model.tokenizer.get_vocab_size() if model.tokenizer is not None else None
+        checked = (
+            ("stop_token_ids", body.stop_token_ids or ()),
+            ("logit_bias", _bias_ids(body)),
+            ("allowed_token_ids", body.allowed_token_ids or ()),
+        )
+        for name, ids in checked:
+            _check_ids(name, ids, vocab)
     if isinstance(body, ChatCompletionRequest):
         check_tool_choice(body)
     check_structured_outputs(body)

@@ -25,7 +25,7 @@ from gateway.images.fetch import FetchRules, ImageFetcher, address_allowed, host
 from gateway.models.catalog import ServedModel, _image_parts
 from gateway.models.templates import ChatTemplate
 from gateway.plan.chat import to_template_messages
-from gateway.plan.images import load_images
+from gateway.plan.images import image_parts, load_images
 from gateway.plan.requests import ChatCompletionRequest
 from gateway.plan.responses import responses_param
 
@@ -135,26 +135,35 @@ def image(data: bytes) -> dict[str, Any]:
 TEXT = {"type": "text", "text": "what is it?"}
 
 
+def load(request: ChatCompletionRequest, model: ServedModel, settings: Settings) -> tuple[str, ...]:
+    """As planning loads them: the parts stage 3 found and checked, then read."""
+    return asyncio.run(load_images(image_parts(request, model, settings), settings, None))
+
+
 def test_load_images_keeps_the_base64_as_sent_in_order() -> None:
     first, second = encoded(2, 2), encoded(3, 1, "JPEG")
     model = ServedModel(name="m", vision=True)
-    loaded = asyncio.run(load_images(body(image(first), TEXT, image(second)), model, Settings(), None))
+    loaded = load(body(image(first), TEXT, image(second)), model, Settings())
     assert [base64.b64decode(item) for item in loaded] == [first, second]
 
 
-def test_load_images_refuses_a_model_without_vision_and_too_many_images() -> None:
+def test_image_parts_refuses_a_model_without_vision_and_too_many_images() -> None:
     data = encoded(2, 2)
     with pytest.raises(InvalidRequestError, match="does not take images") as caught:
-        asyncio.run(load_images(body(TEXT, image(data)), ServedModel(name="m"), Settings(), None))
+        image_parts(body(TEXT, image(data)), ServedModel(name="m"), Settings())
     assert caught.value.param == "messages.0.content.1"
     # A TensorRT-LLM model (any layout) has no contract here that carries images, vision or not.
     ensemble = ServedModel(name="m", vision=True, layout="ensemble")
     with pytest.raises(InvalidRequestError, match="does not take images"):
-        asyncio.run(load_images(body(image(data)), ensemble, Settings(), None))
+        image_parts(body(image(data)), ensemble, Settings())
     settings = Settings(max_images_per_request=1)
     with pytest.raises(InvalidRequestError, match="at most 1 images") as caught:
-        asyncio.run(load_images(body(image(data), image(data)), ServedModel(name="m", vision=True), settings, None))
+        image_parts(body(image(data), image(data)), ServedModel(name="m", vision=True), settings)
     assert caught.value.param == "messages.0.content.1"
+
+
+def test_no_image_parts_load_nothing() -> None:
+    assert load(body(TEXT), ServedModel(name="m"), Settings()) == ()
 
 
 @pytest.mark.parametrize(
@@ -164,7 +173,7 @@ def test_load_images_refuses_a_model_without_vision_and_too_many_images() -> Non
 def test_load_images_refuses_urls_it_cannot_take(url: str, words: str) -> None:
     part = {"type": "image_url", "image_url": {"url": url}}
     with pytest.raises(InvalidRequestError, match=words):
-        asyncio.run(load_images(body(part), ServedModel(name="m", vision=True), Settings(), None))
+        load(body(part), ServedModel(name="m", vision=True), Settings())
 
 
 def test_a_text_template_gets_the_placeholder_where_each_image_was() -> None:

@@ -94,6 +94,7 @@ def test_the_ring_reloads_a_changed_file_and_keeps_the_old_keys_when_the_new_one
     assert ring.lookup(b"sk-a") == KeyPolicy("a", rpm=5)
     assert ring.lookup(b"sk-flat") == KeyPolicy()
     assert ring.lookup(b"sk-b") is None
+    assert ring.lookup_digest(hash_key(b"sk-a")) == ring.lookup(b"sk-a")  # the edge keeps the digest
     assert not ring.reload()  # unchanged
 
     path.write_text(entry("b", B, extra="rpm = 7"))
