@@ -161,22 +161,20 @@ class Generation:
                     self.done = True
                     self._final = chunk.final
                     break
-            if len(events) > 1:
-                events = coalesce(events)
-        opening = self._opening
-        if opening is not None and (events or self.done):
-            self._opening = None
-            return opening + events
-        return events
+        return self._said(events)
 
     def ended(self) -> list[ChoiceEvent]:
         """The backend's stream ended (without a final flag on every choice): the last events."""
         self.done = self._final = True
-        events = self.assembler.close()
+        return self._said(self.assembler.close())
+
+    def _said(self, events: list[ChoiceEvent]) -> list[ChoiceEvent]:
+        """A step's events coalesced, after legacy echo's opening on the first step that says
+        anything (or ends the generation)."""
         if len(events) > 1:
             events = coalesce(events)
         opening = self._opening
-        if opening is not None:
+        if opening is not None and (events or self.done):
             self._opening = None
             return opening + events
         return events
