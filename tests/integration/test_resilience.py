@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 import signal
 import time
 from pathlib import Path
@@ -99,25 +100,33 @@ def test_bad_timeout_header_is_400(gateway: GatewayProcess) -> None:
 # -- backpressure ----------------------------------------------------------------------------------
 
 
+async def metric_reaches(http: httpx.AsyncClient, name: str, value: float, timeout: float = 10.0) -> None:
+    """Wait, without blocking the loop the test's requests run on, until the gateway's ``name``
+    (summed over its labels) is ``value``: an event to wait on, where a fixed sleep races a busy machine."""
+    pattern = re.compile(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", re.M)
+    async with asyncio.timeout(timeout):
+        while sum(float(v) for v in pattern.findall((await http.get("/metrics")).text)) != value:
+            await asyncio.sleep(0.02)
+
+
 @pytest.mark.anyio
 async def test_full_queue_is_429_with_retry_after_at_once(own_gateway, triton: TritonServer) -> None:  # type: ignore[no-untyped-def]
-    gateway = own_gateway("--max-concurrent-requests", "1", "--max-queue-size", "1", "--queue-timeout", "1.0")
-    body = {"model": SCRIPTED, "prompt": slow_script(responses=30, delay=0.1)}
+    gateway = own_gateway("--max-concurrent-requests", "1", "--max-queue-size", "1", "--queue-timeout", "3.0")
+    body = {"model": SCRIPTED, "prompt": slow_script(responses=60, delay=0.1)}
     async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as http:
         running = asyncio.create_task(http.post("/v1/completions", json=body))
-        await asyncio.sleep(0.3)
+        await metric_reaches(http, "vllm:num_requests_running", 1)
         queued = asyncio.create_task(http.post("/v1/completions", json=body))
-        await asyncio.sleep(0.2)
-        started = time.monotonic()
+        await metric_reaches(http, "vllm:num_requests_waiting", 1)
         rejected = await http.post("/v1/completions", json=body)
-        # at once: not after the queue's 1 s timeout (0.02 s idle; the room is for a busy machine)
-        assert rejected.status_code == 429 and time.monotonic() - started < 0.8
+        # at once: while the queued request still waits out its 3 s, not after it
+        assert rejected.status_code == 429 and not queued.done()
         assert rejected.headers["retry-after"] == "1"
         assert rejected.json()["error"]["type"] == "rate_limit_error"
         metrics = (await http.get("/metrics")).text
         assert 'vllm:num_requests_waiting{model_name="scripted"} 1.0' in metrics
         assert 'vllm:num_requests_running{model_name="scripted"} 1.0' in metrics
-        timed_out = await queued  # waited its 1 s out while the first still runs (3 s)
+        timed_out = await queued  # waited its 3 s out while the first still runs (6 s)
         assert timed_out.status_code == 429
         assert (await running).status_code == 200
 
