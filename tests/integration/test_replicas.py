@@ -23,7 +23,14 @@ import openai
 import pytest
 
 from gateway.triton_launcher import TritonServer
-from tests.integration.conftest import TEST_REPOSITORY, GatewayProcess, start_gateway, stop_gateway, stop_in_background
+from tests.integration.conftest import (
+    TEST_REPOSITORY,
+    GatewayProcess,
+    read_metric,
+    start_gateway,
+    stop_gateway,
+    stop_in_background,
+)
 
 MODEL = "scripted"
 REPLICAS = 3
@@ -224,6 +231,7 @@ def test_a_killed_replica_costs_nothing_that_had_not_started_and_rejoins(
             "messages": [{"role": "user", "content": script(f"{victim_key}.stream", delay=0.1, tokens=100)}],
         }
         events: list[str] = []
+        streamed["events"] = events  # read while it streams: the kill waits for its first token
         with httpx.stream(
             "POST", gateway.url + "/v1/chat/completions", json=body, headers={"X-Session-Id": victim_key}, timeout=30
         ) as response:
@@ -231,7 +239,6 @@ def test_a_killed_replica_costs_nothing_that_had_not_started_and_rejoins(
             for line in response.iter_lines():
                 if line.startswith("data: "):
                     events.append(line[6:])
-        streamed["events"] = events
 
     def not_started_on_victim(i: int) -> None:
         # Held by the model before its first token: it has not started when the replica dies.
@@ -243,7 +250,12 @@ def test_a_killed_replica_costs_nothing_that_had_not_started_and_rejoins(
     ]
     for thread in threads:
         thread.start()
-    time.sleep(1.0)  # the stream has tokens out; the others wait for their first
+    # The kill waits for its moment, not a fixed sleep that races a busy machine: the stream has
+    # tokens out, and all four requests are on the victim (the three others wait for their first).
+    deadline = time.monotonic() + 30
+    while not (streamed.get("events") and read_metric(victim.metrics_url, "scripted_requests_in_flight") == 4):
+        assert time.monotonic() < deadline, "the victim never held the four requests"
+        time.sleep(0.05)
     victim.kill()
     after = [chat(gateway, script(f"{key}.after"), headers={"X-Session-Id": key}) for key in home.values()]
     for thread in threads:

@@ -283,8 +283,7 @@ def test_sigterm_drains_in_flight_streams_and_refuses_new_work(own_gateway) -> N
     lines, thread = _stream_in_background(gateway.url, slow_script(responses=20, delay=0.05))
     assert wait_for(lambda: _streaming(lines), timeout=20), lines  # in flight: tokens are out
     gateway.process.send_signal(signal.SIGTERM)
-    time.sleep(0.2)
-    assert httpx.get(gateway.url + "/health/ready").status_code == 503
+    assert wait_for(lambda: httpx.get(gateway.url + "/health/ready").status_code == 503)
     refused = httpx.post(gateway.url + "/v1/completions", json={"model": SCRIPTED, "prompt": slow_script(1)})
     assert refused.status_code == 503 and refused.json()["error"]["code"] == "shutting_down"
     thread.join(timeout=15)
