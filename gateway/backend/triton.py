@@ -105,6 +105,10 @@ class TritonBackend:
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.keepalive_time_ms", keepalive_ms),
             ("grpc.keepalive_timeout_ms", keepalive_timeout_ms),
+            # gRPC holds its keepalive PING back while a PING of its own (flow-control tuning) is
+            # unanswered, and that one times out after a minute by default: a silent server would
+            # hold the calls that long, where the h2 transport fails them at the keepalive timeout.
+            ("grpc.http2.ping_timeout_ms", keepalive_timeout_ms),
             ("grpc.keepalive_permit_without_calls", 0),
             ("grpc.http2.max_pings_without_data", 0),
             ("grpc.enable_retries", 0),

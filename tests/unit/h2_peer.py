@@ -1,7 +1,8 @@
 """A real HTTP/2 gRPC server peer on loopback (the h2 library, server side) for the transport's
 unit tests: it collects each call's request, then runs the test's script for it. GOAWAY frames
 are written raw (``goaway``): h2 would refuse to send anything after its own, and a draining
-server goes on serving the calls it took."""
+server goes on serving the calls it took. ``MemoryPeer`` drives a connection in memory instead,
+for frame sequences no server library would send and for exact control of what one read holds."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ from typing import Any
 import h2.config
 import h2.connection
 import h2.events
-from hyperframe.frame import GoAwayFrame
+import hpack
+from hyperframe.frame import DataFrame, GoAwayFrame, HeadersFrame, RstStreamFrame
 
 from gateway.backend.transport.h2 import GrpcConnection, H2Transport, Keepalive, connect
+from gateway.backend.transport.h2frames import PREFACE
 
 PATH = b"/inference.GRPCInferenceService/ModelStreamInfer"
 
@@ -201,3 +204,93 @@ async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
             return
         await asyncio.sleep(0.01)
     raise AssertionError("condition not met in time")
+
+
+# -- the connection fed in memory: exact frames, no socket ------------------------------------
+
+
+class Wire:
+    """A ``GrpcConnection``'s transport in memory: what it writes is kept, and closing it (or
+    aborting it) reports the connection lost on the next loop turn, as asyncio's transports do."""
+
+    def __init__(self, connection: GrpcConnection) -> None:
+        self.connection = connection
+        self.out = bytearray()
+        self.closing = False
+        self.aborted = False
+
+    def write(self, data: bytes) -> None:
+        assert not self.closing, "a write after close"
+        self.out += data
+
+    def get_extra_info(self, name: str) -> Any:
+        return None
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def close(self) -> None:
+        if not self.closing:
+            self.closing = True
+            asyncio.get_running_loop().call_soon(self.connection.connection_lost, None)
+
+    def abort(self) -> None:
+        self.aborted = True
+        self.close()
+
+
+Frame = tuple[int, int, int, bytes]
+"""A frame the client wrote: type, flags, stream id, payload."""
+
+
+class MemoryPeer:
+    """The server side of a ``GrpcConnection`` driven in memory: the test writes the server's
+    frames as bytes (hyperframe), so any sequence at all can be fed, in one read or several."""
+
+    def __init__(self, connection: GrpcConnection | None = None) -> None:
+        self.connection = connection or GrpcConnection("peer:1", "http")
+        self.wire = Wire(self.connection)
+        self.connection.connection_made(self.wire)  # type: ignore[arg-type]
+        self.encoder = hpack.Encoder()
+
+    def feed(self, *frames: bytes) -> None:
+        """Everything in one ``data_received``, as one read from the socket."""
+        self.connection.data_received(b"".join(frames))
+
+    def sent(self) -> list[Frame]:
+        out, pos, frames = bytes(self.wire.out), len(PREFACE), []
+        while pos + 9 <= len(out):
+            length = int.from_bytes(out[pos : pos + 3], "big")
+            sid = int.from_bytes(out[pos + 5 : pos + 9], "big") & 0x7FFFFFFF
+            frames.append((out[pos + 3], out[pos + 4], sid, out[pos + 9 : pos + 9 + length]))
+            pos += 9 + length
+        return frames
+
+    def goaway(self) -> tuple[int, bytes] | None:
+        """The client's GOAWAY: error code, debug data (None if it sent none)."""
+        for kind, _, _, payload in self.sent():
+            if kind == GoAwayFrame.type:
+                return int.from_bytes(payload[4:8], "big"), payload[8:]
+        return None
+
+    def resets(self) -> dict[int, int]:
+        return {sid: int.from_bytes(p, "big") for kind, _, sid, p in self.sent() if kind == RstStreamFrame.type}
+
+    def headers(self, sid: int, headers: list[tuple[bytes, bytes]], *flags: str) -> bytes:
+        return HeadersFrame(sid, self.encoder.encode(headers), flags=["END_HEADERS", *flags]).serialize()
+
+    def respond(self, sid: int) -> bytes:
+        return self.headers(sid, [(b":status", b"200"), (b"content-type", b"application/grpc")])
+
+    def trailers(self, sid: int, status: int = 0) -> bytes:
+        return self.headers(sid, [(b"grpc-status", b"%d" % status)], "END_STREAM")
+
+
+def data(sid: int, payload: bytes, *flags: str) -> bytes:
+    return DataFrame(sid, payload, flags=list(flags)).serialize()
+
+
+def assert_clean(connection: GrpcConnection) -> None:
+    """No stream left behind: no call tracked, no request bytes queued, no caller waiting."""
+    assert connection.calls == 0
+    assert not connection._unsent and not connection._send_windows and not connection._slots

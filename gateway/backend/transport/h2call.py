@@ -37,6 +37,7 @@ from gateway.backend.transport.base import (
     BatchedCall,
     CallError,
 )
+from gateway.backend.transport.h2frames import FLOW_CONTROL_ERROR
 
 T = TypeVar("T")
 
@@ -66,6 +67,9 @@ class CallOwner(Protocol):
     def cancel(self, call: StreamCall[Any]) -> None:
         """Stop tracking the call and reset its stream (RST_STREAM CANCEL), unless it has ended."""
 
+    def reset(self, call: StreamCall[Any], code: int) -> None:
+        """``cancel`` with another RST_STREAM error code (a stream error, RFC 9113 §5.4.2)."""
+
 
 class StreamCall(BatchedCall[T]):
     """One call on a ``GrpcConnection``: DATA payloads in, parsed messages out in batches
@@ -79,6 +83,7 @@ class StreamCall(BatchedCall[T]):
         "_owner",
         "_parse",
         "_max",
+        "_window",
         "_release_at",
         "_parts",
         "_head",
@@ -96,6 +101,7 @@ class StreamCall(BatchedCall[T]):
         self._owner = owner
         self._parse = parse
         self._max = max_message_bytes
+        self._window = stream_window
         self._release_at = stream_window // 2
         """Bytes are given back once this many have gathered: one WINDOW_UPDATE per half window, and a
         server whose messages are taken as fast as they come never runs out of window."""
@@ -115,6 +121,13 @@ class StreamCall(BatchedCall[T]):
         """A DATA frame's payload (``length``: its flow-controlled size, padding included); a
         view for a large frame, kept as it is only while a message is gathered."""
         if self._done:
+            return
+        if self._held + self._unacked + length > self._window:
+            # Past the window this call has not given back: the server broke flow control on
+            # this stream, and a consumer that stopped reading would otherwise hold without bound.
+            why = f"it sent past the stream's flow-control window of {self._window} bytes"
+            self._finish(CallError(UNAVAILABLE, f"HTTP/2 protocol error from the server: {why}"))
+            self._owner.reset(self, FLOW_CONTROL_ERROR)
             return
         end, size = 0, len(data)
         try:

@@ -23,9 +23,13 @@ small part of HTTP/2, and this module speaks exactly that part (RFC 9113):
   ``h2call.py``);
 - PING answered, keepalive PINGs sent, GOAWAY read (graceful or not) and sent on close;
 - a server that breaks the protocol (a frame too large, a push, a frame on a stream the client
-  never opened, a broken header block, a window overflow) ends the connection and its calls, with
-  a GOAWAY that says why; frames on a stream that already ended (a reset crossing the server's
-  last frames) are dropped, their header blocks still decoded.
+  never opened, a broken or endless header block, a window overflow) ends the connection and its
+  calls, with a GOAWAY that says why; frames on a stream that already ended (a reset crossing the
+  server's last frames) are dropped, their header blocks still decoded. A fault confined to one
+  stream (DATA past its window, a bad WINDOW_UPDATE on it, response headers over our
+  SETTINGS_MAX_HEADER_LIST_SIZE but decodable) resets that stream only (RFC 9113 §5.4);
+- PING and SETTINGS floods are answered while the server reads the answers; one that goes on
+  while our writes are backed up ends with GOAWAY(ENHANCE_YOUR_CALM) (``_answer``).
 
 HPACK is the ``hpack`` library's (with the per-connection caches of ``h2headers.py``). The unit
 tests (``tests/unit/test_transport_*.py``) run every rule above against a server made with h2, and
@@ -52,6 +56,9 @@ import hpack
 from gateway.backend.transport.base import (
     CANCELLED,
     DEADLINE_EXCEEDED,
+    INTERNAL,
+    PERMISSION_DENIED,
+    RESOURCE_EXHAUSTED,
     UNAVAILABLE,
     CallError,
     Metadata,
@@ -75,9 +82,11 @@ from gateway.backend.transport.h2frames import (
     GOAWAY,
     HEADER_TABLE_SIZE,
     HEADERS,
+    INADEQUATE_SECURITY,
     INITIAL_WINDOW_SIZE,
     MAX_CONCURRENT_STREAMS,
     MAX_FRAME_SIZE,
+    MAX_HEADER_LIST_SIZE,
     MAX_WINDOW,
     NO_ERROR,
     PADDED,
@@ -96,6 +105,8 @@ from gateway.backend.transport.h2frames import (
     frame,
 )
 from gateway.backend.transport.h2headers import (
+    MAX_HEADER_LIST,
+    HeaderListTooLargeError,
     RepeatingHeadersDecoder,
     RepeatingHeadersEncoder,
     call_headers,
@@ -118,6 +129,23 @@ _LARGE_FRAME = 4096
 """A DATA frame at least this large is handed to its call as a view (a token's frame is ~200 B)."""
 
 _KEEPALIVE_PAYLOAD = b"gwalive!"
+
+_MAX_HEADER_BLOCK = 4 * MAX_HEADER_LIST
+"""The most a header block may take on the wire, each of its frames counted with its 9-byte head (so
+empty CONTINUATION frames cannot pile up either): past it the block is not buffered further."""
+
+_MAX_QUEUED_CONTROL = 10_000
+"""PING and SETTINGS answers queued while our writes back up (``pause_writing``) before the server
+counts as flooding without reading them (Go's net/http2 uses the same bound)."""
+
+_RESET_STATUS = {
+    CANCEL: CANCELLED,
+    REFUSED_STREAM: UNAVAILABLE,
+    ENHANCE_YOUR_CALM: RESOURCE_EXHAUSTED,
+    INADEQUATE_SECURITY: PERMISSION_DENIED,
+}
+"""The gRPC status of a call the server reset, by RST_STREAM code; INTERNAL for any other (gRPC's
+table, doc/PROTOCOL-HTTP2.md "Errors", which grpc.aio applies too)."""
 
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
@@ -173,6 +201,12 @@ class GrpcConnection(asyncio.Protocol):
         self._peer_max_streams = 2**31
         self._headers_in: tuple[int, int, list[bytes]] | None = None
         """A header block still arriving in CONTINUATION frames: its stream, its flags, its pieces."""
+        self._headers_in_size = 0
+        """Its size so far, frame heads included (bounded by ``_MAX_HEADER_BLOCK``)."""
+        self._write_paused = False
+        """The transport's write buffer is over its high-water mark: the server is not reading."""
+        self._queued_control = 0
+        """PING and SETTINGS answers queued since writing paused."""
         self._slots: deque[asyncio.Future[None]] = deque()
         """Callers waiting for the server's concurrent-stream limit to allow another call."""
         self._keepalive = keepalive
@@ -198,6 +232,7 @@ class GrpcConnection(asyncio.Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         settings = ENABLE_PUSH.to_bytes(2, "big") + (0).to_bytes(4, "big")
         settings += INITIAL_WINDOW_SIZE.to_bytes(2, "big") + self._stream_window.to_bytes(4, "big")
+        settings += MAX_HEADER_LIST_SIZE.to_bytes(2, "big") + MAX_HEADER_LIST.to_bytes(4, "big")
         self._out += [PREFACE, frame(SETTINGS, 0, 0, settings)]
         self._out.append(frame(WINDOW_UPDATE, 0, 0, (self._connection_window - DEFAULT_WINDOW).to_bytes(4, "big")))
         self._flush()
@@ -249,6 +284,11 @@ class GrpcConnection(asyncio.Protocol):
             return
         self._inbuf = data[pos:] if pos < size else b""
         if self._unacked >= self._connection_window // 2:
+            if self._unacked > self._connection_window:  # we give it back after every read: one read held more
+                self._protocol_error(
+                    ProtocolViolation(FLOW_CONTROL_ERROR, "the server sent past the connection's flow-control window")
+                )
+                return
             self._out.append(frame(WINDOW_UPDATE, 0, 0, self._unacked.to_bytes(4, "big")))
             self._unacked = 0
         if self._out:  # most reads (a token each) write nothing
@@ -263,6 +303,9 @@ class GrpcConnection(asyncio.Protocol):
         if pending is not None:
             if kind != CONTINUATION or sid != pending[0]:
                 raise ProtocolViolation(PROTOCOL_ERROR, "a header block was interrupted by another frame")
+            self._headers_in_size += end - pos
+            if self._headers_in_size > _MAX_HEADER_BLOCK:
+                raise ProtocolViolation(ENHANCE_YOUR_CALM, f"a header block larger than {_MAX_HEADER_BLOCK} bytes")
             pending[2].append(payload)
             if flags & END_HEADERS:
                 self._headers_in = None
@@ -281,7 +324,7 @@ class GrpcConnection(asyncio.Protocol):
             if sid != 0 or len(payload) != 8:
                 raise ProtocolViolation(PROTOCOL_ERROR if sid else FRAME_SIZE_ERROR, "a malformed PING")
             if not flags & ACK:
-                self._out.append(frame(PING, ACK, 0, payload))
+                self._answer(frame(PING, ACK, 0, payload))
             elif payload == _KEEPALIVE_PAYLOAD and self._ping_deadline is not None:
                 self._ping_deadline.cancel()
                 self._ping_deadline = None
@@ -316,12 +359,22 @@ class GrpcConnection(asyncio.Protocol):
             self._header_block(sid, flags, block)
         else:
             self._headers_in = (sid, flags, [block])
+            self._headers_in_size = 9 + len(payload)
 
     def _header_block(self, sid: int, flags: int, block: bytes) -> None:
         """A complete header block: decoded whatever its stream (the table must follow the
         server's), then the response headers or trailers of the call."""
         try:
             headers = self._decoder.decode_block(block)
+        except HeaderListTooLargeError as exc:  # decoded whole: only this stream is at fault
+            call = self._calls.get(sid)
+            if call is not None:
+                call.fail(CallError(RESOURCE_EXHAUSTED, str(exc)))
+                if flags & END_STREAM:
+                    self._end(sid)  # over on both sides: nothing to reset
+                else:
+                    self.cancel(call)
+            return
         except hpack.HPACKError as exc:
             raise ProtocolViolation(COMPRESSION_ERROR, f"an undecodable header block ({exc})") from None
         call = self._calls.get(sid)
@@ -361,7 +414,8 @@ class GrpcConnection(asyncio.Protocol):
             self.going_away = True
             call.fail(CallError(UNAVAILABLE, "the server refused the stream (REFUSED_STREAM)", retryable=True))
         else:
-            call.fail(CallError(CANCELLED, f"the server reset the stream ({error_name(code)})"))
+            status = _RESET_STATUS.get(code, INTERNAL)
+            call.fail(CallError(status, f"the server reset the stream ({error_name(code)})"))
         self._release_slot()
 
     def _settings(self, sid: int, flags: int, payload: bytes) -> None:
@@ -389,11 +443,15 @@ class GrpcConnection(asyncio.Protocol):
                 windows = self._send_windows
                 for stream in windows:  # a change applies to the windows of open streams (§6.9.2)
                     windows[stream] += delta
+                    if windows[stream] > MAX_WINDOW:
+                        raise ProtocolViolation(
+                            FLOW_CONTROL_ERROR, f"the new initial window overflows stream {stream}'s"
+                        )
             elif name == MAX_FRAME_SIZE:
                 if not DEFAULT_MAX_FRAME <= value <= 2**24 - 1:
                     raise ProtocolViolation(PROTOCOL_ERROR, f"SETTINGS_MAX_FRAME_SIZE {value}")
                 self._peer_max_frame = value
-        self._out.append(frame(SETTINGS, ACK, 0))
+        self._answer(frame(SETTINGS, ACK, 0))
         self._send_unsent()  # a larger initial window opens room for queued requests
         self._wake_slots()  # a higher stream limit lets waiting callers in
 
@@ -409,22 +467,46 @@ class GrpcConnection(asyncio.Protocol):
                 raise ProtocolViolation(FLOW_CONTROL_ERROR, "the connection's send window overflowed")
         else:
             self._check_known(sid, "WINDOW_UPDATE")
+            if not increment:  # a stream error whether or not the call has bytes left to send (§6.9)
+                if sid in self._calls:
+                    self._fail_call(sid, PROTOCOL_ERROR, "a WINDOW_UPDATE of 0 on the stream")
+                return
             window = self._send_windows.get(sid)
             if window is None:
                 return  # a call that sent its whole request, or ended: nothing waits on it
-            if not increment or window + increment > MAX_WINDOW:
-                self._fail_call(sid, "a WINDOW_UPDATE of 0, or one that overflowed the stream's window")
+            if window + increment > MAX_WINDOW:
+                self._fail_call(sid, FLOW_CONTROL_ERROR, "a WINDOW_UPDATE overflowed the stream's send window")
                 return
             self._send_windows[sid] = window + increment
         self._send_unsent()
 
-    def _fail_call(self, sid: int, why: str) -> None:
-        """A stream error (RFC 9113 §5.4.2): that call ends, and the server is told."""
+    def _fail_call(self, sid: int, code: int, why: str) -> None:
+        """A stream error (RFC 9113 §5.4.2): that call ends (retryable if its request never fully
+        left), and the server gets RST_STREAM with ``code``."""
+        unsent = sid in self._unsent
         call = self._forget(sid)
-        self._out.append(frame(RST_STREAM, 0, sid, PROTOCOL_ERROR.to_bytes(4, "big")))
+        self._out.append(frame(RST_STREAM, 0, sid, code.to_bytes(4, "big")))
         if call is not None:
-            call.fail(CallError(UNAVAILABLE, f"HTTP/2 protocol error from the server: {why}"))
+            call.fail(CallError(UNAVAILABLE, f"HTTP/2 protocol error from the server: {why}", retryable=unsent))
             self._release_slot()
+
+    def _answer(self, answer: bytes) -> None:
+        """Queue a PING or SETTINGS acknowledgement. While the server does not read what we write,
+        each one is counted: a server that floods us without reading the answers would otherwise
+        grow our write buffer without bound (RFC 9113 §10.5)."""
+        if self._write_paused:
+            self._queued_control += 1
+            if self._queued_control > _MAX_QUEUED_CONTROL:
+                raise ProtocolViolation(
+                    ENHANCE_YOUR_CALM, f"a flood of PING or SETTINGS frames: {_MAX_QUEUED_CONTROL} answers unread"
+                )
+        self._out.append(answer)
+
+    def pause_writing(self) -> None:
+        self._write_paused, self._queued_control = True, 0
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
 
     def _protocol_error(self, exc: ProtocolViolation) -> None:
         """The server broke the protocol: every call fails, the server is told why, and the
@@ -436,12 +518,18 @@ class GrpcConnection(asyncio.Protocol):
         self._close_now()
 
     def _close_now(self) -> None:
-        """Write what is queued and close: ``data_received`` reads nothing after this."""
+        """Write what is queued and close: ``data_received`` reads nothing after this. A server
+        that is not reading (our writes paused) would keep a closing transport open until it
+        read everything: the transport is aborted instead."""
         self._flush()
         if self._transport is not None:
-            self._transport.close()
+            if self._write_paused:
+                self._transport.abort()
+            else:
+                self._transport.close()
         self.closed = True
         self._cancel_timers()
+        self._wake_slots()  # callers waiting for a slot here open their call elsewhere
 
     def release(self, call: StreamCall[Any], increment: int) -> None:
         """``CallOwner``: give ``increment`` bytes back to the call's stream window, now (the call
@@ -518,11 +606,15 @@ class GrpcConnection(asyncio.Protocol):
 
     def cancel(self, call: StreamCall[Any]) -> None:
         """``CallOwner``: the call is over for its consumer; reset its stream unless it has ended."""
+        self.reset(call, CANCEL)
+
+    def reset(self, call: StreamCall[Any], code: int) -> None:
+        """``CallOwner``: stop tracking the call and reset its stream with ``code``, unless it has ended."""
         sid = call.stream_id
         if self._forget(sid) is None:
             return  # already ended
         if not self.closed:
-            self._out.append(frame(RST_STREAM, 0, sid, CANCEL.to_bytes(4, "big")))
+            self._out.append(frame(RST_STREAM, 0, sid, code.to_bytes(4, "big")))
             self._flush()
         self._release_slot()
 

@@ -102,13 +102,32 @@ class RepeatingHeadersEncoder(hpack.Encoder):
 Headers = list[tuple[bytes, bytes]]
 
 
+MAX_HEADER_LIST = 64 * 1024
+"""The response header list size the client takes (SETTINGS_MAX_HEADER_LIST_SIZE: names, values
+and 32 bytes per field, RFC 9113 §6.5.2): a long ``grpc-message`` fits many times over."""
+
+
+class HeaderListTooLargeError(Exception):
+    """A block decoded whole (the dynamic table is still the server's) whose header list is over
+    the limit: its stream ends, and the connection goes on."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"response headers of {size} bytes, over the client's limit of {limit}")
+
+
 class RepeatingHeadersDecoder(hpack.Decoder):
     """An ``hpack.Decoder`` that answers a block it decoded last time from that decode, when the
     block left the dynamic table as it found it and no other block has changed the table since.
-    Every block is still decoded unless that holds, so the table stays the server's."""
+    Every block is still decoded unless that holds, so the table stays the server's.
 
-    def __init__(self) -> None:
-        super().__init__()
+    Two bounds on a block's header list: over ``limit`` it is still decoded whole and raises
+    ``HeaderListTooLargeError`` (one stream's fault); over four times that, hpack stops mid-block
+    (an HPACK bomb: a few bytes that refer to a large table entry again and again), which leaves
+    the table unknown and so must end the connection."""
+
+    def __init__(self, limit: int = MAX_HEADER_LIST) -> None:
+        super().__init__(max_header_list_size=4 * limit)
+        self.limit = limit
         self._version = 0
         """Bumped by every decode that changed the dynamic table."""
         self._cache: dict[bytes, tuple[int, Headers]] = {}
@@ -121,6 +140,10 @@ class RepeatingHeadersDecoder(hpack.Decoder):
         table = self.header_table
         before = (list(table.dynamic_entries), table.maxsize)
         headers: Headers = [(bytes(name), bytes(value)) for name, value in self.decode(block, raw=True)]
+        size = sum(len(name) + len(value) for name, value in headers) + 32 * len(headers)
+        if size > self.limit:  # after the table is updated; never cached
+            self._version += 1
+            raise HeaderListTooLargeError(size, self.limit)
         if (list(table.dynamic_entries), table.maxsize) == before:
             if len(self._cache) >= 16:
                 self._cache.clear()
