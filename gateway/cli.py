@@ -22,13 +22,16 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
 import uvicorn
 from pydantic_settings import NoDecode
 
 from gateway.config import ENV_PREFIX, Settings
 from gateway.logs import configure_logging
+
+if TYPE_CHECKING:
+    from gateway.triton_launcher import TritonServer
 
 logger = logging.getLogger("gateway")
 
@@ -127,60 +130,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(settings: Settings) -> int:
-    from gateway.app import create_app
-    from gateway.server import DrainingServer
-
     triton = None
     if settings.embedded:
-        from gateway.tracing import traces_endpoint
-        from gateway.triton_launcher import (
-            DEFAULT_MODEL_REPOSITORY,
-            TritonLaunchError,
-            TritonServer,
-            opentelemetry_trace_args,
-        )
-
-        repositories = [r.resolve() for r in settings.model_repository or [DEFAULT_MODEL_REPOSITORY]]
-        working_dir = (settings.triton_working_dir or Path.cwd()).resolve()
-        extra = tuple(f"--model-repository={r}" for r in repositories[1:])
-        if settings.otlp_traces_endpoint:  # Triton's spans in the gateway's traces, at the same collector
-            extra += opentelemetry_trace_args(traces_endpoint(settings.otlp_traces_endpoint))
-        triton = TritonServer(
-            repositories[0],
-            log_file=settings.triton_log_file,
-            extra_args=extra,
-            auto_complete_config=settings.triton_auto_complete_config,
-            working_dir=working_dir,
-            ready_timeout=settings.triton_start_timeout,
-        )
-        try:
-            triton.start()
-        except TritonLaunchError as exc:
-            logger.error("%s", exc)
+        started = _start_triton(settings)
+        if started is None:
             return 2
-        except StopRequestedError:
-            logger.warning("Triton was still starting; stopped it")
-            raise
-        settings = settings.model_copy(
-            update={"triton_url": triton.grpc_url, "model_repository": repositories, "triton_working_dir": working_dir}
-        )
-        logger.info("embedded Triton ready on %s (log: %s)", triton.grpc_url, triton.log_file)
+        triton, settings = started
     try:
-        if settings.workers > 1:
-            from gateway.workers import run_workers
-
-            return run_workers(settings)
-        app = create_app(settings)
-        config = uvicorn.Config(
-            app,
-            host=settings.host,
-            port=settings.port,
-            log_level=settings.log_level,
-            access_log=False,
-            log_config=None,
-            timeout_graceful_shutdown=5,
-        )
-        DrainingServer(config, app.state.components, settings.shutdown_grace_period).run()
+        return _serve(settings)
     finally:
         if triton is not None:
             try:
@@ -188,4 +145,65 @@ def _run(settings: Settings) -> int:
             except StopRequestedError:
                 logger.warning("signal while Triton was stopping: killed it")
                 raise
+
+
+def _start_triton(settings: Settings) -> tuple[TritonServer, Settings] | None:
+    """The embedded tritonserver, started and ready, and the settings that point at it; None
+    (logged) when it could not start."""
+    from gateway.tracing import traces_endpoint
+    from gateway.triton_launcher import (
+        DEFAULT_MODEL_REPOSITORY,
+        TritonLaunchError,
+        TritonServer,
+        opentelemetry_trace_args,
+    )
+
+    repositories = [r.resolve() for r in settings.model_repository or [DEFAULT_MODEL_REPOSITORY]]
+    working_dir = (settings.triton_working_dir or Path.cwd()).resolve()
+    extra = tuple(f"--model-repository={r}" for r in repositories[1:])
+    if settings.otlp_traces_endpoint:  # Triton's spans in the gateway's traces, at the same collector
+        extra += opentelemetry_trace_args(traces_endpoint(settings.otlp_traces_endpoint))
+    triton = TritonServer(
+        repositories[0],
+        log_file=settings.triton_log_file,
+        extra_args=extra,
+        auto_complete_config=settings.triton_auto_complete_config,
+        working_dir=working_dir,
+        ready_timeout=settings.triton_start_timeout,
+    )
+    try:
+        triton.start()
+    except TritonLaunchError as exc:
+        logger.error("%s", exc)
+        return None
+    except StopRequestedError:
+        logger.warning("Triton was still starting; stopped it")
+        raise
+    settings = settings.model_copy(
+        update={"triton_url": triton.grpc_url, "model_repository": repositories, "triton_working_dir": working_dir}
+    )
+    logger.info("embedded Triton ready on %s (log: %s)", triton.grpc_url, triton.log_file)
+    return triton, settings
+
+
+def _serve(settings: Settings) -> int:
+    """Serve until stopped: ``settings.workers`` processes, or this one under a draining uvicorn."""
+    if settings.workers > 1:
+        from gateway.workers import run_workers
+
+        return run_workers(settings)
+    from gateway.app import create_app
+    from gateway.server import DrainingServer
+
+    app = create_app(settings)
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        access_log=False,
+        log_config=None,
+        timeout_graceful_shutdown=5,
+    )
+    DrainingServer(config, app.state.components, settings.shutdown_grace_period).run()
     return 0

@@ -255,6 +255,28 @@ class Metrics:
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry if not shared else CollectorRegistry()  # shared: the files are the registry
+        self._add_request_series(r)
+        self._add_total_series(r)
+        self._add_replica_series(r)
+        self._add_key_series(r)
+        self._children: dict[tuple[Counter | Gauge, tuple[str, ...]], Any] = {}
+        """The replica series every request moves (``_child``), by metric and label values, as
+        ``_finished`` below: ``labels()`` costs ~2 µs, and three of these are on the path to
+        Triton. No series is ever removed, so a child found here is the registry's."""
+        self._gap_series: dict[str, Histogram] = {}
+        """Each model's inter-token latency series, for ``gap_tally``."""
+        self._finished: dict[tuple[str, str, str, bool, int], _Series] = {}
+        """``finish``'s series by (model, adapter, endpoint, stream, status): as many as the
+        label sets the registry already keeps."""
+        self.shared_live: _SharedLiveGauges | None = None
+        if shared:
+            self.shared_live = _SharedLiveGauges(admission, adapters)
+            self.registry.register(self.shared_live)
+        else:
+            r.register(_LiveGauges(admission, adapters))
+
+    def _add_request_series(self, r: CollectorRegistry) -> None:
+        """Per request: answered counts, latencies, prompt and completion sizes."""
         self.requests = Counter(
             "gateway_requests",
             "Requests answered",
@@ -296,6 +318,9 @@ class Metrics:
             buckets=TOKEN_BUCKETS,
             registry=r,
         )
+
+    def _add_total_series(self, r: CollectorRegistry) -> None:
+        """Running totals: tokens per model and adapter, cancellations by reason, backend errors."""
         self.prompt_tokens = Counter(
             "gateway_prompt_tokens", "Prompt tokens processed", ["model", "adapter"], registry=r
         )
@@ -317,9 +342,11 @@ class Metrics:
             ["type"],
             registry=r,
         )
-        # Per Triton replica (``backend.replicas``): counted when it happens, per request at most.
-        # With several workers the gauges add up (in flight) or take the highest (in rotation:
-        # 1 when any worker has it in rotation).
+
+    def _add_replica_series(self, r: CollectorRegistry) -> None:
+        """Per Triton replica (``backend.replicas``): counted when it happens, per request at most.
+        With several workers the gauges add up (in flight) or take the highest (in rotation: 1
+        when any worker has it in rotation)."""
         self.replica_routed = Counter(
             "gateway_replica_routed", "Requests placed on a Triton replica, by route", ["replica", "route"], registry=r
         )
@@ -348,7 +375,9 @@ class Metrics:
         self.replica_up_gauge = Gauge(
             "gateway_replica_up", "1 while in rotation", ["replica"], multiprocess_mode="livemax", registry=r
         )
-        # Per named API key (``gateway.keys``): usage and refusals, by the key's name, never the key.
+
+    def _add_key_series(self, r: CollectorRegistry) -> None:
+        """Per named API key (``gateway.keys``): usage and refusals, by the key's name, never the key."""
         self.key_requests = Counter(
             "gateway_key_requests", "Requests answered, by API key name", ["key", "model", "status"], registry=r
         )
@@ -364,21 +393,12 @@ class Metrics:
             ["key", "limit"],
             registry=r,
         )
-        self._children: dict[tuple[Counter | Gauge, tuple[str, ...]], Any] = {}
-        """The replica series every request moves (``_child``), by metric and label values, as
-        ``_finished`` below: ``labels()`` costs ~2 µs, and three of these are on the path to
-        Triton. No series is ever removed, so a child found here is the registry's."""
-        self._gap_series: dict[str, Histogram] = {}
-        """Each model's inter-token latency series, for ``gap_tally``."""
-        self._finished: dict[tuple[str, str, str, bool, int], _Series] = {}
-        """``finish``'s series by (model, adapter, endpoint, stream, status): as many as the
-        label sets the registry already keeps."""
-        self.shared_live: _SharedLiveGauges | None = None
-        if shared:
-            self.shared_live = _SharedLiveGauges(admission, adapters)
-            self.registry.register(self.shared_live)
-        else:
-            r.register(_LiveGauges(admission, adapters))
+        self.key_limits_failures = Counter(
+            "gateway_key_limits_failures",
+            "Steps the key limits' store could not count (Redis unreachable, the workers' file busy or broken)",
+            ["step"],
+            registry=r,
+        )
 
     def _child(self, metric: Counter | Gauge, *labels: str) -> Any:
         key = (metric, labels)
@@ -440,6 +460,11 @@ class Metrics:
     def limited(self, key: str, limit: str) -> None:
         """A named key's request refused by one of its limits."""
         self._child(self.key_rate_limited, key, limit).inc()
+
+    def key_limits_failed(self, step: str) -> None:
+        """The key limits' store could not ``admit``, ``charge``, ``release`` or ``renew`` (any
+        thread: the workers' file fails on its own)."""
+        self.key_limits_failures.labels(step).inc()
 
     def gap_tally(self, model: str) -> GapTally:
         """A stream's inter-token gaps, for ``model`` (flushed by the caller when it ends)."""

@@ -1,8 +1,10 @@
 """Answering a planned request: admit, generate, then SSE frames or one JSON object.
 
 Every generating endpoint goes through ``respond``: chat and legacy completions with their chunks
-(``http.completion_answer``), the Responses API with its events (``http.responses_answer``); only
-the ``Answer``, the encoding of the same generation, differs. The client leaving cancels every phase
+(``http.completion_answer``), the Responses API with its events (``http.responses_answer``),
+Anthropic's Messages API with its events (``http.messages_answer``); only the ``Answer``, the
+encoding of the same generation, differs. (Embeddings generate nothing: ``http.routes.embeddings``
+answers them itself.) The client leaving cancels every phase
 (the queue, the wait for the first response, a non-streaming generation), and the request's
 outcome is finished whatever happens: by the generation itself in the usual cases, and here for
 anything that ends the request before or around it.
@@ -20,6 +22,7 @@ from gateway.config import Settings
 from gateway.core.admission import Ticket
 from gateway.core.generate import Generation
 from gateway.core.generation_plan import GenerationPlan
+from gateway.core.outcome import RequestOutcome
 from gateway.core.service import CompletionService
 from gateway.errors import GatewayError
 from gateway.http.completion_answer import CompletionAnswer
@@ -73,13 +76,8 @@ async def respond(
             step = FirstStep(generation)
             watch = watch or ClientWatch(request.receive)
             first = await step.wait(settings.first_response_wait)
-            response: Response = sse_response(
-                StreamFrames(answer.encoding(generation), generation, first),
-                ping_interval=settings.sse_ping_interval,
-                coalesce_interval=settings.stream_coalesce_interval,
-                watch=watch,
-                headers=placement_headers(plan),
-            )
+            frames = StreamFrames(answer.encoding(generation), generation, first)
+            response: Response = _stream_response(frames, settings, watch, plan)
         else:
             watch = watch or ClientWatch(request.receive)
             response = JSONBytesResponse(await answer.complete(generation), headers=placement_headers(plan))
@@ -87,25 +85,50 @@ async def respond(
         watch = None  # the SSE response's now, or stopped
         return response
     except BaseException as exc:
-        gone = False
-        if watch is not None:
-            watch.stop()
-            gone = isinstance(exc, asyncio.CancelledError) and watch.taken_back()
-        # No-ops when the generation already ended the request (its usual way to end).
-        if gone:
-            outcome.abandon()
-        else:
-            outcome.fail(exc)
-        if generation is not None:
-            await generation.aclose()
-        elif ticket is not None:
-            ticket.release()
-        if gone:
-            raise ClientDisconnected() from None
-        placed = placement_headers(plan)
-        if placed and isinstance(exc, GatewayError):  # a 503 after a retry: say which replica failed last
-            exc.headers = {**exc.headers, **placed}
+        await _unwind(exc, plan, outcome, watch, ticket, generation)
         raise
+
+
+def _stream_response(frames: StreamFrames, settings: Settings, watch: ClientWatch, plan: GenerationPlan) -> Response:
+    return sse_response(
+        frames,
+        ping_interval=settings.sse_ping_interval,
+        coalesce_interval=settings.stream_coalesce_interval,
+        watch=watch,
+        headers=placement_headers(plan),
+    )
+
+
+async def _unwind(
+    exc: BaseException,
+    plan: GenerationPlan,
+    outcome: RequestOutcome,
+    watch: ClientWatch | None,
+    ticket: Ticket | None,
+    generation: Generation | None,
+) -> None:
+    """The request ends with ``exc`` before its response was made: its watch stopped, its outcome
+    finished, its generation closed (or its slot given back). Raises ``ClientDisconnected`` when
+    ``exc`` is the watch's own cancel (the client left); else the caller raises ``exc``, with the
+    replica's headers on it."""
+    gone = False
+    if watch is not None:
+        watch.stop()
+        gone = isinstance(exc, asyncio.CancelledError) and watch.taken_back()
+    # No-ops when the generation already ended the request (its usual way to end).
+    if gone:
+        outcome.abandon()
+    else:
+        outcome.fail(exc)
+    if generation is not None:
+        await generation.aclose()
+    elif ticket is not None:
+        ticket.release()
+    if gone:
+        raise ClientDisconnected() from None
+    placed = placement_headers(plan)
+    if placed and isinstance(exc, GatewayError):  # a 503 after a retry: say which replica failed last
+        exc.headers = {**exc.headers, **placed}
 
 
 REPLICA_HEADER = "x-gateway-replica"

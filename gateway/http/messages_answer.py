@@ -2,7 +2,7 @@
 
 The generation is chat's (``http.answer.respond`` admits it, primes it and watches the client
 exactly as for chat, and ``http.streaming.StreamFrames`` frames it); this module only encodes it
-(``openai.messages_encode.MessageEncoder``). An error after the headers went out is one ``error``
+(``anthropic.encode.MessageEncoder``). An error after the headers went out is one ``error``
 event with Anthropic's error body, and the stream ends.
 """
 
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.anthropic.encode import MessageEncoder, MessageOptions, error_event
 from gateway.core.generate import Generation
 from gateway.errors import GatewayError, anthropic_error_body
 from gateway.http.sse import event_framing
-from gateway.openai.messages_encode import MessageEncoder, MessageOptions, error_event
 from gateway.plan.messages import MessagesPlan
 from gateway.reasoning.seal import ReasoningSeal
 

@@ -95,51 +95,12 @@ class SSEResponse(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         loop = asyncio.get_running_loop()
-        last_write = loop.time()
-        pings: set[asyncio.Task[None]] = set()
-        timer: asyncio.TimerHandle
         watch = self.watch
         if watch is None or watch.task is not asyncio.current_task():
             if watch is not None:
                 watch.stop()
             watch = ClientWatch(receive)
-
-        async def ping() -> None:
-            try:
-                await send({"type": "http.response.body", "body": PING_FRAME, "more_body": True})
-            except OSError:  # the client is gone; the watcher ends the stream
-                pass
-
-        def ping_if_idle() -> None:
-            nonlocal last_write, timer
-            idle = loop.time() - last_write
-            if idle >= self.ping_interval:
-                last_write = loop.time()
-                task = loop.create_task(ping())
-                pings.add(task)
-                task.add_done_callback(pings.discard)
-                idle = 0.0
-            timer = loop.call_later(self.ping_interval - idle, ping_if_idle)
-
-        async def write_body() -> None:
-            nonlocal last_write
-            coalesce = self.coalesce_interval
-            asked = last_write
-            frames = self.frames
-            async for frame in frames:
-                if frames.ended:  # the body ends with this frame: one write, not two
-                    await send({"type": "http.response.body", "body": frame, "more_body": False})
-                    return
-                await send({"type": "http.response.body", "body": frame, "more_body": True})
-                last_write = now = loop.time()
-                if now - asked < coalesce:  # the frame was there at once: the stream is fast
-                    await asyncio.sleep(coalesce)
-                    asked = loop.time()
-                else:
-                    asked = now
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-        timer = loop.call_later(self.ping_interval, ping_if_idle)
+        pings = _Pings(loop, send, self.ping_interval)
         try:
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
             # The body is written by a task of its own. The request's task waits in every
@@ -148,14 +109,69 @@ class SSEResponse(Response):
             # loop's few coroutines to resume. A cancellation of the request's task (the watch's,
             # the server's) cancels the task it waits for, so the writing stops first and the
             # ``finally`` below runs after it.
-            await loop.create_task(write_body())
+            await loop.create_task(self._write_body(send, loop, pings))
         except asyncio.CancelledError:
             if not watch.taken_back():  # else our own cancel: the client left, the stream is over
                 raise
         finally:
-            timer.cancel()
+            pings.cancel()
             watch.stop()
             await self.frames.aclose()
+
+    async def _write_body(self, send: Send, loop: asyncio.AbstractEventLoop, pings: _Pings) -> None:
+        """Every frame, one ``send`` each (the last one ends the body); a fast stream's next
+        frame asked for only once ``coalesce_interval`` has passed."""
+        coalesce = self.coalesce_interval
+        asked = pings.last_write
+        frames = self.frames
+        async for frame in frames:
+            if frames.ended:  # the body ends with this frame: one write, not two
+                await send({"type": "http.response.body", "body": frame, "more_body": False})
+                return
+            await send({"type": "http.response.body", "body": frame, "more_body": True})
+            pings.last_write = now = loop.time()
+            if now - asked < coalesce:  # the frame was there at once: the stream is fast
+                await asyncio.sleep(coalesce)
+                asked = loop.time()
+            else:
+                asked = now
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+class _Pings:
+    """One stream's idle timer: a ``: ping`` whenever nothing was written for ``interval``
+    seconds. The writer sets ``last_write`` per frame (an attribute store, no call); the timer
+    reads it only when it fires."""
+
+    __slots__ = ("_interval", "_loop", "_send", "_tasks", "_timer", "last_write")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, send: Send, interval: float) -> None:
+        self._loop = loop
+        self._send = send
+        self._interval = interval
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.last_write = loop.time()
+        self._timer = loop.call_later(interval, self._ping_if_idle)
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+    def _ping_if_idle(self) -> None:
+        loop = self._loop
+        idle = loop.time() - self.last_write
+        if idle >= self._interval:
+            self.last_write = loop.time()
+            task = loop.create_task(self._ping())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            idle = 0.0
+        self._timer = loop.call_later(self._interval - idle, self._ping_if_idle)
+
+    async def _ping(self) -> None:
+        try:
+            await self._send({"type": "http.response.body", "body": PING_FRAME, "more_body": True})
+        except OSError:  # the client is gone; the watcher ends the stream
+            pass
 
 
 _SSE_HEADERS = (

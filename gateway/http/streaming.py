@@ -9,7 +9,8 @@ and gets a real status code instead of a 200 stream with an error event, while a
 stream: the opening, one frame per step that says something, the closing in the frame of the
 step that ends the generation, and after an error one error frame and nothing more. What the
 frames say is a ``StreamEncoding``'s: chat and legacy completions' chunks
-(``http.completion_answer``) or the Responses API's events (``http.responses_answer``).
+(``http.completion_answer``), the Responses API's events (``http.responses_answer``) or
+Anthropic's Messages events (``http.messages_answer``).
 """
 
 from __future__ import annotations

@@ -22,21 +22,12 @@ text from Triton, and a decoder of that text is this small state machine (docs/D
 from __future__ import annotations
 
 from gateway.tools.parsers.harmony import CALL_OPEN, END, MESSAGE
-from gateway.tools.scan import held_from
+from gateway.tools.scan import find_first, held_from_any
 
 _BODY_ENDS = ("<|end|>", "<|call|>", "<|return|>", "<|start|>")
 _HEADER_OPENERS = ("<|start|>", "<|channel|>")
 _HEADER, _BODY = range(2)
 _REASONING, _CONTENT, _CALL, _HIDDEN = range(4)
-
-
-def _first(text: str, markers: tuple[str, ...]) -> tuple[int, str]:
-    best, which = -1, ""
-    for marker in markers:
-        at = text.find(marker)
-        if at != -1 and (best == -1 or at < best):
-            best, which = at, marker
-    return best, which
 
 
 def _kind(header: str) -> tuple[int, str]:
@@ -127,9 +118,9 @@ class HarmonyReasoningParser:
                 if self._kind != _REASONING:
                     self._answered = True
                 continue
-            at, marker = _first(buf, _BODY_ENDS)
+            at, marker = find_first(buf, _BODY_ENDS)
             if at == -1:
-                cut = len(buf) if final else min(held_from(buf, m) for m in _BODY_ENDS)
+                cut = len(buf) if final else held_from_any(buf, _BODY_ENDS)
                 self._emit(buf[:cut], reasoning, content)
                 self._buf = buf[cut:]
                 if final and self._kind == _CALL:

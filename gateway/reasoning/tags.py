@@ -21,24 +21,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gateway.tools.scan import held_from, skip_space
+from gateway.tools.scan import find_first, held_from_any, skip_space
 
 _OPENING, _THINKING, _ANSWER = range(3)
-
-
-def _held(text: str, markers: Sequence[str]) -> int:
-    """Where the longest proper prefix of any marker ends ``text`` (to hold back), else its length."""
-    return min(held_from(text, marker) for marker in markers)
-
-
-def _find(text: str, markers: Sequence[str]) -> tuple[int, int]:
-    """The first marker in ``text``: (start, end), or (-1, -1)."""
-    best = (-1, -1)
-    for marker in markers:
-        at = text.find(marker)
-        if at != -1 and (best[0] == -1 or at < best[0]):
-            best = (at, at + len(marker))
-    return best
 
 
 class TagReasoningParser:
@@ -89,11 +74,11 @@ class TagReasoningParser:
                 content, self._buf = self._buf, ""
                 return "", content
         buf = self._buf
-        start, end = _find(buf, self._ends)
+        start, marker = find_first(buf, self._ends)
         if start != -1:
             self._buf, self._state = "", _ANSWER
-            return buf[:start], buf[end:]
-        cut = len(buf) if final else _held(buf, self._ends)
+            return buf[:start], buf[start + len(marker) :]
+        cut = len(buf) if final else held_from_any(buf, self._ends)
         self._buf = buf[cut:]
         return buf[:cut], ""
 

@@ -1,13 +1,15 @@
-"""Incremental scanning helpers shared by the parsers: partial markers and bracket spans.
+"""Incremental scanning helpers shared by the tool-call and reasoning parsers: markers (a text
+ending in part of one, the first of several) and bracket spans.
 
-Both work on a buffer that only grows at its end while a block is open, and both keep their
-position between calls, so feeding a long call one character at a time stays linear: nothing is
-scanned twice.
+They work on a buffer that only grows at its end while a block is open: a held marker is looked
+for only in the last few characters, and a span keeps its position between calls, so feeding a
+long call one character at a time stays linear: nothing is scanned twice.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 
 
 def held_from(text: str, marker: str) -> int:
@@ -24,6 +26,29 @@ def held_from(text: str, marker: str) -> int:
             return start
         start = text.find(first, start + 1)
     return size
+
+
+def held_from_any(text: str, markers: Iterable[str]) -> int:
+    """Where the longest proper prefix of any of ``markers`` ends ``text`` (to be held back), else
+    ``len(text)``."""
+    return min(held_from(text, marker) for marker in markers)
+
+
+def partial_marker(text: str, pos: int, markers: Sequence[str]) -> bool:
+    """``text[pos:]`` is a proper beginning of one of ``markers`` (the empty text is one): the
+    text may still turn into that marker."""
+    rest = text[pos:]
+    return any(len(rest) < len(marker) and marker.startswith(rest) for marker in markers)
+
+
+def find_first(text: str, markers: Iterable[str]) -> tuple[int, str]:
+    """The first of ``markers`` in ``text``: (where it begins, which), or (-1, "")."""
+    best, which = -1, ""
+    for marker in markers:
+        at = text.find(marker)
+        if at != -1 and (best == -1 or at < best):
+            best, which = at, marker
+    return best, which
 
 
 def skip_space(text: str, start: int) -> int:

@@ -21,7 +21,7 @@ from typing import ClassVar, Protocol
 
 from gateway.tools.argstream import ArgumentStream
 from gateway.tools.calls import call_from_object, load_json
-from gateway.tools.scan import JsonSpan, held_from, skip_space
+from gateway.tools.scan import JsonSpan, held_from, partial_marker, skip_space
 from gateway.tools.types import ParsedCall
 
 HEADER = re.compile(r'\s*\{\s*"name"\s*:\s*"([^"\\]*)"\s*,\s*"(?:arguments|parameters)"\s*:\s*(?=\{)')
@@ -61,7 +61,7 @@ def skip_markup(text: str, pos: int, markers: Sequence[str], final: bool) -> int
                 pos += len(marker)
                 break
         else:
-            if not final and any(size - pos < len(m) and m.startswith(text[pos:]) for m in markers):
+            if not final and partial_marker(text, pos, markers):
                 return None
             return pos
 
@@ -369,7 +369,10 @@ class LeadingParser(StreamParser):
         return False
 
     def _step(self, out: list[str], calls: list[ParsedCall], final: bool) -> bool:
-        """One move of the state machine; False when it must wait for more text (or is plain)."""
+        """One move of the state machine; False when it must wait for more text (or is plain).
+
+        The span's moves stay inline (a streaming call's every token passes here); the moves
+        before and after a span, a few per call, are ``_start`` and ``_after``."""
         buf, mode = self._buf, self._mode
         if mode == self._SPAN:
             assert self._span is not None
@@ -404,17 +407,29 @@ class LeadingParser(StreamParser):
             self._buf, self._mode = buf[end:], self._AFTER
             return True
         if mode == self._AFTER:
-            pos = skip_markup(buf, 0, self.SUFFIXES, final)
-            if pos is None:
-                return False
-            if pos == len(buf):
-                self._buf = ""
-                return False
-            if self.SEPARATOR and buf[pos] == self.SEPARATOR:
-                self._buf, self._mode = buf[pos:], self._NEXT
-                return True
-            return self._to_plain(out, pos)
-        if mode == self._NEXT:
+            return self._after(out, final)
+        return self._start(out, final)
+
+    def _after(self, out: list[str], final: bool) -> bool:
+        """After a call: whitespace and ``SUFFIXES`` dropped, then ``SEPARATOR`` (the next call)
+        or content to the end."""
+        buf = self._buf
+        pos = skip_markup(buf, 0, self.SUFFIXES, final)
+        if pos is None:
+            return False
+        if pos == len(buf):
+            self._buf = ""
+            return False
+        if self.SEPARATOR and buf[pos] == self.SEPARATOR:
+            self._buf, self._mode = buf[pos:], self._NEXT
+            return True
+        return self._to_plain(out, pos)
+
+    def _start(self, out: list[str], final: bool) -> bool:
+        """At the output's start (past ``PREFIXES``) or after ``SEPARATOR``: a span opens at
+        ``OPENER``, else the text is content."""
+        buf = self._buf
+        if self._mode == self._NEXT:
             pos = skip_space(buf, len(self.SEPARATOR))
         else:
             found_pos = skip_markup(buf, 0, self.PREFIXES, final)

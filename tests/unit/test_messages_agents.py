@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
+from gateway.anthropic.encode import MessageEncoder, MessageOptions
 from gateway.core.assemble import ChoiceEvent, Usage
 from gateway.errors import InvalidRequestError
 from gateway.http.sse import event_framing
-from gateway.openai.messages_encode import MessageEncoder, MessageOptions
 from gateway.plan.context_edits import (
     CLEARED_RESULT,
     check_edits,

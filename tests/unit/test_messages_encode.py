@@ -1,4 +1,4 @@
-"""Anthropic's Messages events and object (``openai/messages_encode.py``), the errors in Anthropic's
+"""Anthropic's Messages events and object (``anthropic/encode.py``), the errors in Anthropic's
 shape by path, ``x-api-key``, and the stop string the assembly records, against an in-memory
 backend where a real one is not needed."""
 
@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from gateway.anthropic.encode import MessageEncoder, stop_reason
 from gateway.app import create_app
 from gateway.config import Settings
 from gateway.core.assemble import ChoiceAssembler, ChoiceEvent, Usage
@@ -28,7 +29,6 @@ from gateway.errors import (
 from gateway.http.errors import error_payload
 from gateway.http.security import presented_key
 from gateway.http.sse import event_framing
-from gateway.openai.messages_encode import MessageEncoder, stop_reason
 from tests.fakes import ScriptedBackend, text_chunks
 from tests.unit.test_responses_edge import make_repo
 

@@ -194,14 +194,25 @@ def test_thinking_rules_are_anthropics(thinking: dict[str, Any], extra: dict[str
 
 
 def test_thinking_without_max_tokens_is_checked_for_counting() -> None:
-    body = MessagesCountRequest.model_validate(
-        {
-            "model": "m",
-            "messages": [{"role": "user", "content": "hi"}],
-            "thinking": {"type": "enabled", "budget_tokens": 99999},
-        }
-    )
-    check_thinking(body)  # no max_tokens to stay under
+    def count_request(thinking: dict[str, Any], **extra: Any) -> MessagesCountRequest:
+        return MessagesCountRequest.model_validate(
+            {"model": "m", "messages": [{"role": "user", "content": "hi"}], "thinking": thinking, **extra}
+        )
+
+    large = {"type": "enabled", "budget_tokens": 99999}
+    assert check_thinking(count_request(large)) is None  # no max_tokens to stay under: accepted
+    with pytest.raises(InvalidRequestError) as info:  # the same budget is refused where max_tokens is below it
+        check_thinking(request(messages=[{"role": "user", "content": "hi"}], thinking=large, max_tokens=4096))
+    assert info.value.param == "thinking.budget_tokens"
+    refused = [
+        (count_request({"type": "enabled", "budget_tokens": 1023}), "thinking.budget_tokens"),
+        (count_request({"type": "enabled"}), "thinking.budget_tokens"),
+        (count_request(large, tool_choice={"type": "any"}), "tool_choice.type"),
+    ]
+    for body, param in refused:  # every other rule still holds for a count
+        with pytest.raises(InvalidRequestError) as info:
+            check_thinking(body)
+        assert info.value.param == param
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from gateway.reasoning.registry import REASONING_PARSERS, detect_reasoning_parser, make_reasoning_parser
 
 
-def run(name: str, pieces: list[str], *, calls: bool = True) -> tuple[str, str]:
-    parser = make_reasoning_parser(name, calls=calls)
+def run(name: str, pieces: list[str], *, calls: bool = True, opened: bool = False) -> tuple[str, str]:
+    parser = make_reasoning_parser(name, calls=calls, opened=opened)
     reasoning = content = ""
     for piece in pieces:
         r, c = parser.feed(piece)
@@ -64,12 +64,19 @@ CASES: dict[str, list[tuple[str, str, str]]] = {
 FLAT = [(name, *case) for name, cases in CASES.items() for case in cases]
 
 
-@pytest.mark.parametrize(("name", "output", "reasoning", "content"), FLAT)
-def test_every_two_cuts_give_the_same_split(name: str, output: str, reasoning: str, content: str) -> None:
-    assert run(name, [output]) == (reasoning, content)
+def check_every_split(name: str, output: str, expected: tuple[str, str], *, opened: bool = False) -> None:
+    """``output`` whole, cut once or twice anywhere (the second cut every third place), and one
+    character at a time: the same split every time."""
+    assert run(name, [output], opened=opened) == expected
     for i in range(len(output) + 1):
         for j in range(i, len(output) + 1, 3):
-            assert run(name, [output[:i], output[i:j], output[j:]]) == (reasoning, content), (i, j)
+            assert run(name, [output[:i], output[i:j], output[j:]], opened=opened) == expected, (i, j)
+    assert run(name, list(output), opened=opened) == expected, "one character at a time"
+
+
+@pytest.mark.parametrize(("name", "output", "reasoning", "content"), FLAT)
+def test_every_two_cuts_give_the_same_split(name: str, output: str, reasoning: str, content: str) -> None:
+    check_every_split(name, output, (reasoning, content))
 
 
 @settings(max_examples=150, deadline=None)

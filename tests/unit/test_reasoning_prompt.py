@@ -19,9 +19,10 @@ from gateway.plan.prepare import RequestContext, prepare_chat, prepare_completio
 from gateway.plan.reasoning import plan_reasoning
 from gateway.plan.requests import ChatCompletionRequest, CompletionRequest
 from gateway.reasoning.prompt import PromptReasoning, prompt_reasoning
-from gateway.reasoning.registry import REASONING_PARSERS, make_reasoning_parser
+from gateway.reasoning.registry import REASONING_PARSERS
 from tests.fakes import ScriptedBackend
 from tests.unit.test_app import WEIGHTS
+from tests.unit.test_reasoning_parsers import check_every_split, run
 
 QWEN35_STYLE = (
     "{%- for message in messages %}"
@@ -33,16 +34,6 @@ QWEN35_STYLE = (
 )
 """A chat template that opens the reasoning in the generation prompt, and writes an empty, closed
 block there when ``enable_thinking`` is false (the shape of Qwen3.5's and GLM-4.5's)."""
-
-
-def run(name: str, pieces: list[str], *, opened: bool) -> tuple[str, str]:
-    parser = make_reasoning_parser(name, opened=opened)
-    reasoning = content = ""
-    for piece in pieces:
-        r, c = parser.feed(piece)
-        reasoning, content = reasoning + r, content + c
-    r, c = parser.finish()
-    return reasoning + r, content + c
 
 
 @pytest.mark.parametrize(
@@ -89,12 +80,7 @@ OPENED = [
 def test_an_opened_prompt_starts_qwen3_inside_the_reasoning_at_every_split(
     output: str, reasoning: str, content: str
 ) -> None:
-    assert run("qwen3", [output], opened=True) == (reasoning, content)
-    for i in range(len(output) + 1):
-        assert run("qwen3", [output[:i], output[i:]], opened=True) == (reasoning, content), i
-        for j in range(i, len(output) + 1, 3):
-            assert run("qwen3", [output[:i], output[i:j], output[j:]], opened=True) == (reasoning, content), (i, j)
-    assert run("qwen3", list(output), opened=True) == (reasoning, content), "one character at a time"
+    check_every_split("qwen3", output, (reasoning, content), opened=True)
 
 
 def test_without_an_opened_prompt_qwen3_is_as_before() -> None:

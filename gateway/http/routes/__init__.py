@@ -1,8 +1,8 @@
 """HTTP routes: one module per endpoint group, each handler a few lines.
 
-The generating POSTs (chat, completions, responses) are declared here for FastAPI, which builds
-the OpenAPI document from them and answers their other methods. ``http.direct`` calls the same
-handler functions for the requests themselves."""
+The POSTs ``http.direct`` calls (chat, completions, responses, messages, embeddings) are declared
+in these modules for FastAPI too, which builds the OpenAPI document from them and answers their
+other methods; ``http.direct`` calls the same handler functions for the requests themselves."""
 
 from __future__ import annotations
 

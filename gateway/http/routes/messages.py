@@ -9,12 +9,12 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
+from gateway.anthropic.encode import count_object
 from gateway.http.answer import respond
 from gateway.http.deps import ComponentsDep, request_context
 from gateway.http.json_response import JSONBytesResponse
 from gateway.http.messages_answer import MessagesAnswer
 from gateway.http.routes import log_unknown_fields
-from gateway.openai.messages_encode import count_object
 from gateway.plan.messages import count_message_tokens, prepare_message
 from gateway.plan.messages_request import MessagesCountRequest, MessagesRequest
 

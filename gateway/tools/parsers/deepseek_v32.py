@@ -38,8 +38,7 @@ from collections.abc import Sequence
 
 from gateway.tools.argstream import ArgumentStream
 from gateway.tools.calls import INVALID, load_json
-from gateway.tools.parsers.deepseek_v3 import partial
-from gateway.tools.scan import held_from, skip_space
+from gateway.tools.scan import held_from_any, partial_marker, skip_space
 from gateway.tools.stream import MarkerParser
 from gateway.tools.types import ParsedCall
 
@@ -64,7 +63,7 @@ def _tag(text: str, pos: int, opener: str, names: tuple[str, ...]) -> tuple[list
     as text is added, so it cannot depend on how the text was split."""
     size = len(text)
     if not text.startswith(opener, pos):
-        return _WAIT if partial(text, pos, (opener,)) else _BAD
+        return _WAIT if partial_marker(text, pos, (opener,)) else _BAD
     at = pos + len(opener)
     values: list[str] = []
     for name in names:
@@ -75,7 +74,7 @@ def _tag(text: str, pos: int, opener: str, names: tuple[str, ...]) -> tuple[list
             return _BAD  # attributes are set apart by whitespace
         lead = name + '="'
         if not text.startswith(lead, spaced):
-            return _WAIT if partial(text, spaced, (lead,)) else _BAD
+            return _WAIT if partial_marker(text, spaced, (lead,)) else _BAD
         start = spaced + len(lead)
         quote = text.find('"', start)
         if quote == -1:
@@ -177,7 +176,7 @@ class DeepSeekV32Parser(MarkerParser):
                 self._stage = _CONTENT
             return False
         tag = _tag(buf, pos, INVOKE, ("name",))
-        if tag == _WAIT or (tag == _BAD and partial(buf, pos, (CLOSE,))):
+        if tag == _WAIT or (tag == _BAD and partial_marker(buf, pos, (CLOSE,))):
             if final:
                 self._stop(pos)
             return False
@@ -206,7 +205,7 @@ class DeepSeekV32Parser(MarkerParser):
             self._stage, self._pos = _ENDED, pos + len(CLOSE)
             return False
         tag = _tag(buf, pos, PARAMETER, ("name", "string"))
-        if tag == _WAIT or (tag == _BAD and partial(buf, pos, (INVOKE_END, CLOSE))):
+        if tag == _WAIT or (tag == _BAD and partial_marker(buf, pos, (INVOKE_END, CLOSE))):
             if final:
                 self._end_call()
                 self._stop(pos)
@@ -241,7 +240,7 @@ class DeepSeekV32Parser(MarkerParser):
         buf = self._buf
         end, tag = self._value_end()
         if end == -1:
-            limit = len(buf) if final else min(held_from(buf, end_tag) for end_tag in _VALUE_ENDS)
+            limit = len(buf) if final else held_from_any(buf, _VALUE_ENDS)
             self._send_text(limit)
             if final:
                 self._end_call()
@@ -281,7 +280,7 @@ class DeepSeekV32Parser(MarkerParser):
                 self._arguments = None
                 self._stage, self._pos = _PARAMS, pos + len(PARAMETER_END)
                 return True
-            if not final and partial(buf, pos, (PARAMETER_END,)):
+            if not final and partial_marker(buf, pos, (PARAMETER_END,)):
                 return False
             return self._abandon(pos)
         end, tag = self._value_end()

@@ -29,8 +29,8 @@ from typing import Any
 from gateway.tools.calls import dump_arguments
 from gateway.tools.params import glm_value
 from gateway.tools.parsers.hermes import CLOSE
-from gateway.tools.parsers.typed_block import IN_VALUE, PARAM, TAIL, WHOLE, TypedBlockParser, partial
-from gateway.tools.scan import held_from, skip_space
+from gateway.tools.parsers.typed_block import PARAM, WHOLE, TypedBlockParser
+from gateway.tools.scan import held_from, partial_marker, skip_space
 from gateway.tools.types import ParsedCall
 
 KEY, KEY_END = "<arg_key>", "</arg_key>"
@@ -38,6 +38,8 @@ VALUE, VALUE_END = "<arg_value>", "</arg_value>"
 
 
 class Glm45Parser(TypedBlockParser):
+    PARAM_OPEN = KEY
+    CALL_END = CLOSE
     __slots__ = ()
 
     def _head(self, final: bool) -> None:
@@ -57,33 +59,16 @@ class Glm45Parser(TypedBlockParser):
             return
         self._open_typed(name, pos, glm_value, untyped_string=False)
 
-    def _streaming(self, final: bool) -> bool:
+    def _param_head(self, pos: int) -> tuple[str, int] | None:
+        """``<arg_key>KEY</arg_key>`` then ``<arg_value>``, whitespace between."""
         buf, size = self._buf, len(self._buf)
-        typed = self._object
-        assert typed is not None
-        while True:
-            if self._stage == IN_VALUE:
-                self._value(final)
-                if self._stage != PARAM:
-                    return self._stage == TAIL
-                continue
-            pos = skip_space(buf, self._pos)
-            if buf.startswith(CLOSE, pos):
-                self._send("}")
-                return self._end(pos)
-            if buf.startswith(KEY, pos):
-                key_end = buf.find(KEY_END, pos)
-                value_at = skip_space(buf, key_end + len(KEY_END)) if key_end != -1 else size
-                if value_at == size or partial(buf, value_at, (VALUE,)):
-                    return self._end(pos) if final else False
-                if not buf.startswith(VALUE, value_at) or not typed.begin(buf[pos + len(KEY) : key_end].strip()):
-                    return self._end(pos)
-                self._stage = IN_VALUE
-                self._text_at = self._sent = self._search = value_at + len(VALUE)
-                continue
-            if not final and (pos == size or partial(buf, pos, (KEY, CLOSE))):
-                return False
-            return self._end(pos)
+        key_end = buf.find(KEY_END, pos)
+        value_at = skip_space(buf, key_end + len(KEY_END)) if key_end != -1 else size
+        if value_at == size or partial_marker(buf, value_at, (VALUE,)):
+            return None
+        if not buf.startswith(VALUE, value_at):
+            return "", -1
+        return buf[pos + len(KEY) : key_end].strip(), value_at + len(VALUE)
 
     def _value(self, final: bool) -> None:
         """The open value: its settled text sent (a string, stripped) and, once it closed, its

@@ -21,7 +21,7 @@ import re
 from collections.abc import Sequence
 
 from gateway.tools.calls import calls_from_json_text, dump_arguments, load_json
-from gateway.tools.scan import JsonSpan, skip_space
+from gateway.tools.scan import JsonSpan, partial_marker, skip_space
 from gateway.tools.stream import ArgumentsBlockParser, CallArray
 from gateway.tools.types import ParsedCall
 
@@ -32,10 +32,8 @@ CALL_ID = "[CALL_ID]"
 _NAME = re.compile(r"([A-Za-z0-9_.\-]*)\s*")
 _ID = re.compile(r"[A-Za-z0-9_\-]*\s*")
 _ENTRY, _JSON, _NAME_STAGE, _ID_STAGE, _ARGS_START, _ARGS, _STREAM, _ARRAY = range(8)
-
-
-def _partial(text: str, pos: int, marker: str) -> bool:
-    return len(text) - pos < len(marker) and marker.startswith(text[pos:])
+_ON = -1
+"""A stage's move done: the next stage goes on reading."""
 
 
 class MistralParser(ArgumentsBlockParser):
@@ -59,20 +57,18 @@ class MistralParser(ArgumentsBlockParser):
 
     def _close(self, final: bool) -> tuple[int, Sequence[ParsedCall] | None] | None:
         buf = self._buf
-        size = len(buf)
         while True:
             stage = self._stage
-            if stage == _ENTRY:
-                pos = skip_space(buf, self._pos)
-                if pos == size:
-                    return None
-                if buf[pos] == "[":
-                    self._array, self._json_at, self._stage = CallArray(pos, self._tool_names), pos, _ARRAY
-                elif buf[pos] == "{":
-                    self._open_json(pos, _JSON)
-                else:
-                    self._stage, self._pos = _NAME_STAGE, pos
-            elif stage == _JSON or stage == _ARGS:
+            if stage == _STREAM:  # a v11 call's arguments: every token of it comes here first
+                return self._stream_v11(final)
+            if stage == _ARRAY:
+                assert self._array is not None
+                end = self._array.advance(buf, final, self._parts)
+                if not self._array.whole:
+                    return None if end is None else (end, [])
+                self._open_json(self._json_at, _JSON)
+                continue
+            if stage == _JSON or stage == _ARGS:
                 end = self._span.end(buf)
                 if end is None:
                     return None
@@ -80,44 +76,66 @@ class MistralParser(ArgumentsBlockParser):
                 if stage == _JSON:
                     return end, calls_from_json_text(text, self._tool_names)
                 return end, self._args_call(text)
-            elif stage == _ARRAY:
-                assert self._array is not None
-                end = self._array.advance(buf, final, self._parts)
-                if not self._array.whole:
-                    return None if end is None else (end, [])
-                self._open_json(self._json_at, _JSON)
-            elif stage == _STREAM:
-                return self._stream_v11(final)
+            if stage == _ENTRY:
+                at = self._entry(buf)
             elif stage == _ARGS_START:
-                pos = skip_space(buf, self._pos)
-                if pos == size:
-                    return None
-                if buf[pos] != "{":
-                    return pos, None
-                if self._name in self._tool_names:
-                    self._open_call(self._name, pos)
-                    self._stage = _STREAM
-                else:
-                    self._open_json(pos, _ARGS)
+                at = self._args_start(buf)
             else:
-                match = (_NAME if stage == _NAME_STAGE else _ID).match(buf, self._pos)
-                assert match is not None  # both patterns match the empty string
-                pos = match.end()
-                if pos == size:
-                    return None
-                if stage == _NAME_STAGE:
-                    self._name = match.group(1)
-                    if buf.startswith(CALL_ID, pos):
-                        self._stage, self._pos = _ID_STAGE, pos + len(CALL_ID)
-                        continue
-                    if _partial(buf, pos, CALL_ID):
-                        return None
-                if buf.startswith(ARGS, pos):
-                    self._stage, self._pos = _ARGS_START, pos + len(ARGS)
-                    continue
-                if _partial(buf, pos, ARGS):
-                    return None
-                return pos, None
+                at = self._head(buf, stage)
+            if at is None:
+                return None
+            if at != _ON:
+                return at, None  # out of place: content up to ``at``
+
+    def _entry(self, buf: str) -> int | None:
+        """After ``[TOOL_CALLS]``: an array, one object, or a v11 name. ``_ON``, or None while
+        only whitespace came."""
+        pos = skip_space(buf, self._pos)
+        if pos == len(buf):
+            return None
+        if buf[pos] == "[":
+            self._array, self._json_at, self._stage = CallArray(pos, self._tool_names), pos, _ARRAY
+        elif buf[pos] == "{":
+            self._open_json(pos, _JSON)
+        else:
+            self._stage, self._pos = _NAME_STAGE, pos
+        return _ON
+
+    def _head(self, buf: str, stage: int) -> int | None:
+        """A v11 name (``_NAME_STAGE``) or call id (``_ID_STAGE``), then ``[CALL_ID]`` (after the
+        name) or ``[ARGS]``: ``_ON`` past them, None while the text may still be them, else
+        where the head stops making sense."""
+        match = (_NAME if stage == _NAME_STAGE else _ID).match(buf, self._pos)
+        assert match is not None  # both patterns match the empty string
+        pos = match.end()
+        if pos == len(buf):
+            return None
+        if stage == _NAME_STAGE:
+            self._name = match.group(1)
+            if buf.startswith(CALL_ID, pos):
+                self._stage, self._pos = _ID_STAGE, pos + len(CALL_ID)
+                return _ON
+            if partial_marker(buf, pos, (CALL_ID,)):
+                return None
+        if buf.startswith(ARGS, pos):
+            self._stage, self._pos = _ARGS_START, pos + len(ARGS)
+            return _ON
+        return None if partial_marker(buf, pos, (ARGS,)) else pos
+
+    def _args_start(self, buf: str) -> int | None:
+        """After ``[ARGS]``: a ``{`` opens the call (streamed when the name is one of the tools,
+        else read whole); ``_ON``, None while only whitespace came, else where it is not."""
+        pos = skip_space(buf, self._pos)
+        if pos == len(buf):
+            return None
+        if buf[pos] != "{":
+            return pos
+        if self._name in self._tool_names:
+            self._open_call(self._name, pos)
+            self._stage = _STREAM
+        else:
+            self._open_json(pos, _ARGS)
+        return _ON
 
     def _stream_v11(self, final: bool) -> tuple[int, Sequence[ParsedCall]] | None:
         """The v11 call's arguments as they settle. The block ends with its object; arguments

@@ -33,8 +33,8 @@ from typing import Any
 from gateway.tools.calls import dump_arguments
 from gateway.tools.params import qwen3_value
 from gateway.tools.parsers.hermes import CLOSE
-from gateway.tools.parsers.typed_block import IN_VALUE, PARAM, TAIL, WHOLE, TypedBlockParser, partial
-from gateway.tools.scan import held_from, skip_space
+from gateway.tools.parsers.typed_block import PARAM, WHOLE, TypedBlockParser
+from gateway.tools.scan import held_from, partial_marker, skip_space
 from gateway.tools.types import ParsedCall
 
 FUNCTION = "<function="
@@ -61,6 +61,8 @@ def _layout_trimmed(value: str) -> str:
 
 
 class Qwen3CoderParser(TypedBlockParser):
+    PARAM_OPEN = PARAMETER
+    CALL_END = FUNCTION_END
     __slots__ = ()
 
     def _head(self, final: bool) -> None:
@@ -68,7 +70,7 @@ class Qwen3CoderParser(TypedBlockParser):
         buf = self._buf
         pos = skip_space(buf, self._open_end)
         if not buf.startswith(FUNCTION, pos):
-            if final or not (pos == len(buf) or partial(buf, pos, (FUNCTION,))):
+            if final or not (pos == len(buf) or partial_marker(buf, pos, (FUNCTION,))):
                 self._stage = WHOLE
             return
         name_end = buf.find(">", pos)
@@ -82,33 +84,13 @@ class Qwen3CoderParser(TypedBlockParser):
             return
         self._open_typed(name, name_end + 1, qwen3_value, untyped_string=True)
 
-    def _streaming(self, final: bool) -> bool:
-        """Send what the open call's text settles; True once the call closed (``TAIL``)."""
-        buf, size = self._buf, len(self._buf)
-        typed = self._object
-        assert typed is not None
-        while True:
-            if self._stage == IN_VALUE:
-                self._value(final)
-                if self._stage != PARAM:
-                    return self._stage == TAIL
-                continue
-            pos = skip_space(buf, self._pos)
-            if buf.startswith(FUNCTION_END, pos):
-                self._send("}")
-                return self._end(pos + len(FUNCTION_END))
-            if buf.startswith(PARAMETER, pos):
-                key_end = buf.find(">", pos)
-                if key_end == -1:
-                    return self._end(pos) if final else False
-                if not typed.begin(buf[pos + len(PARAMETER) : key_end].strip()):
-                    return self._end(pos)
-                self._stage = IN_VALUE
-                self._text_at = self._sent = self._search = key_end + 1
-                continue
-            if not final and (pos == size or partial(buf, pos, (PARAMETER, FUNCTION_END))):
-                return False
-            return self._end(pos)
+    def _param_head(self, pos: int) -> tuple[str, int] | None:
+        """``<parameter=KEY>``; the value's text begins right after it."""
+        buf = self._buf
+        key_end = buf.find(">", pos)
+        if key_end == -1:
+            return None
+        return buf[pos + len(PARAMETER) : key_end].strip(), key_end + 1
 
     def _value(self, final: bool) -> None:
         """The open value: its settled text sent (a string) and, once it closed, its end (the
@@ -157,7 +139,7 @@ class Qwen3CoderParser(TypedBlockParser):
             after = skip_space(buf, at + len(PARAMETER_END))
             if buf.startswith(PARAMETER, after) or buf.startswith(FUNCTION_END, after):
                 return at, at
-            if after == len(buf) or partial(buf, after, (PARAMETER, FUNCTION_END)):
+            if after == len(buf) or partial_marker(buf, after, (PARAMETER, FUNCTION_END)):
                 self._search = at
                 return -1, at
             pos = at + 1

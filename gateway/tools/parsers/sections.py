@@ -18,6 +18,9 @@ inside (a call whose arguments are not a JSON object, a head that names no offer
 text between calls, no call at all) makes the whole section content, exactly as written.
 Arguments that open with ``{`` end where their braces balance, so ``CALL_END`` quoted inside a
 string value does not cut them.
+
+A format whose heads or call ends are spelled otherwise (DeepSeek V3's type word and code fence)
+says so in ``_opening``, ``_call_end`` and ``_string_arguments``; the section's rules stay these.
 """
 
 from __future__ import annotations
@@ -26,17 +29,15 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from gateway.tools.calls import arguments_text, load_json
-from gateway.tools.scan import JsonSpan, skip_space
+from gateway.tools.scan import JsonSpan, partial_marker, skip_space
 from gateway.tools.stream import ArgumentsBlockParser
 from gateway.tools.types import ParsedCall
 
 _CALLS, _DROP, _WHOLE, _ENDED = range(4)
-
-
-def _partial(text: str, pos: int, markers: tuple[str, ...]) -> bool:
-    """``text[pos:]`` is a proper beginning of one of ``markers``."""
-    rest = text[pos:]
-    return any(len(rest) < len(marker) and marker.startswith(rest) for marker in markers)
+WAIT = -1
+"""A position not known yet: the text ends inside what is being read."""
+BAD = -2
+"""Not the expected markup."""
 
 
 class SectionParser(ArgumentsBlockParser):
@@ -61,6 +62,29 @@ class SectionParser(ArgumentsBlockParser):
     def _name(self, head: str) -> str | None:
         """The function a call's head names, or None when the head is not one."""
         raise NotImplementedError
+
+    def _opening(self, text: str, head_at: int) -> tuple[str | None, int] | None:
+        """(the function the call whose head begins at ``head_at`` names, or None; where its
+        arguments begin, or ``BAD``) once the head is read; None while the text ends inside it."""
+        marker = text.find(self.ARGS_BEGIN, head_at)
+        args_at = -1 if marker == -1 else skip_space(text, marker + len(self.ARGS_BEGIN))
+        if args_at == -1 or args_at == len(text):
+            return None
+        return self._name(text[head_at:marker].strip()), args_at
+
+    def _call_end(self, text: str, pos: int) -> int:
+        """From the end of a call's arguments: the index past its end (``CALL_END``), ``WAIT``
+        while the text ends before that is known, else ``BAD``."""
+        pos = skip_space(text, pos)
+        if text.startswith(self.CALL_END, pos):
+            return pos + len(self.CALL_END)
+        return WAIT if partial_marker(text, pos, (self.CALL_END,)) else BAD
+
+    def _string_arguments(self, body: str, args_at: int) -> tuple[int, int]:
+        """Arguments read whole that do not open with ``{`` (a JSON string holding the object):
+        (where they end, the index past the call's end, or ``BAD``)."""
+        end = body.find(self.CALL_END, args_at)
+        return end, BAD if end == -1 else end + len(self.CALL_END)
 
     def _close(self, final: bool) -> tuple[int, Sequence[ParsedCall] | None] | None:
         if self._mode == _CALLS:
@@ -87,12 +111,12 @@ class SectionParser(ArgumentsBlockParser):
                 if not self._settle(arguments, final):
                     return
                 if arguments.done:
-                    pos = skip_space(buf, arguments.end)
-                    if buf.startswith(self.CALL_END, pos):
+                    end = self._call_end(buf, arguments.end)
+                    if end >= 0:
                         self._close_call()
-                        self._next = pos + len(self.CALL_END)
+                        self._next = end
                         continue
-                    if not final and (pos == size or _partial(buf, pos, (self.CALL_END,))):
+                    if end == WAIT and not final:
                         return
                 self._close_call()
                 return self._leave(arguments.pos)
@@ -107,18 +131,16 @@ class SectionParser(ArgumentsBlockParser):
                     return
                 return self._leave(pos)
             if not buf.startswith(self.CALL_BEGIN, pos):
-                if not final and _partial(buf, pos, (self.CALL_BEGIN, self.SECTION_END)):
+                if not final and partial_marker(buf, pos, (self.CALL_BEGIN, self.SECTION_END)):
                     return
                 return self._leave(pos)
-            head_at = pos + len(self.CALL_BEGIN)
-            marker = buf.find(self.ARGS_BEGIN, head_at)
-            args_at = -1 if marker == -1 else skip_space(buf, marker + len(self.ARGS_BEGIN))
-            if args_at == -1 or args_at == size:
+            opening = self._opening(buf, pos + len(self.CALL_BEGIN))
+            if opening is None:
                 if final:
                     self._leave(pos)
                 return
-            name = self._name(buf[head_at:marker].strip())
-            if buf[args_at] != "{" or name is None or name not in self._tool_names:
+            name, args_at = opening
+            if args_at < 0 or buf[args_at] != "{" or name is None or name not in self._tool_names:
                 return self._leave(pos)
             self._open_call(name, args_at)
             self._opened = True
@@ -131,6 +153,8 @@ class SectionParser(ArgumentsBlockParser):
         self._search_from = pos if self._opened else self._open_end
 
     def _whole(self, final: bool) -> tuple[int, Sequence[ParsedCall] | None] | None:
+        """The section read whole: its calls at ``SECTION_END`` (or at the end of the output,
+        when every call is complete); None (content) unless it is calls and nothing else."""
         buf, marker = self._buf, self.SECTION_END
         end = self._find_close(marker)
         if end == -1:
@@ -147,25 +171,22 @@ class SectionParser(ArgumentsBlockParser):
         while pos < len(body):
             if not body.startswith(self.CALL_BEGIN, pos):
                 return None
-            head_at = pos + len(self.CALL_BEGIN)
-            args_marker = body.find(self.ARGS_BEGIN, head_at)
-            if args_marker == -1:
+            opening = self._opening(body, pos + len(self.CALL_BEGIN))
+            if opening is None:
                 return None
-            name = self._name(body[head_at:args_marker].strip())
-            args_at = skip_space(body, args_marker + len(self.ARGS_BEGIN))
-            if body.startswith("{", args_at):
+            name, args_at = opening
+            if args_at < 0 or name is None or name not in self._tool_names:
+                return None
+            if body[args_at] == "{":
                 args_end = JsonSpan(args_at).end(body)
-                call_end = -1 if args_end is None else skip_space(body, args_end)
-                if call_end != -1 and not body.startswith(self.CALL_END, call_end):
-                    return None
+                call_end = BAD if args_end is None else self._call_end(body, args_end)
             else:
-                call_end = body.find(self.CALL_END, args_at)
-                args_end = call_end
-            if name is None or name not in self._tool_names or call_end == -1 or args_end is None:
+                args_end, call_end = self._string_arguments(body, args_at)
+            if call_end < 0 or args_end is None:
                 return None
             arguments = arguments_text(load_json(body[args_at:args_end]))
             if arguments is None:
                 return None
             calls.append(ParsedCall(name, arguments))
-            pos = skip_space(body, call_end + len(self.CALL_END))
+            pos = skip_space(body, call_end)
         return calls or None

@@ -2,35 +2,36 @@
 arguments stream once the block names one of the tools (Qwen3-Coder's, GLM's).
 
 A subclass's ``_head`` opens the call (``_open_typed``) or sends the block to be read whole
-(``_WHOLE``: ``_parse`` at the first ``</tool_call>``, content when it is no call);
-``_streaming`` sends what the open call's text settles (``TypedObject`` writes the JSON) and
-ends it at ``_end``. From the opening on the block is a call: its rest, to ``</tool_call>`` or
+(``_WHOLE``: ``_parse`` at the first ``</tool_call>``, content when it is no call). Once open,
+``_streaming`` reads the call's parameters, each ``PARAM_OPEN`` (its key and where its value
+begins read by the subclass's ``_param_head``) then a value (the subclass's ``_value``), up to
+``CALL_END``, sending what the text settles (``TypedObject`` writes the JSON) and ending the
+call at ``_end``. From the opening on the block is a call: its rest, to ``</tool_call>`` or
 the end of the output, is not read.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from gateway.tools.params import ParamType, ToolParams, TypedObject, params_by_tool
 from gateway.tools.parsers.hermes import CLOSE, OPEN
+from gateway.tools.scan import partial_marker, skip_space
 from gateway.tools.stream import ArgumentsBlockParser
 from gateway.tools.types import ParsedCall
 
 HEAD, WHOLE, PARAM, IN_VALUE, TAIL = range(5)
 
 
-def partial(text: str, pos: int, markers: tuple[str, ...]) -> bool:
-    """``text[pos:]`` is a proper beginning of one of ``markers``."""
-    rest = text[pos:]
-    return any(len(rest) < len(marker) and marker.startswith(rest) for marker in markers)
-
-
 class TypedBlockParser(ArgumentsBlockParser):
     MARKER = OPEN
     CLOSE = CLOSE
     TRIGGER = "<"
+    PARAM_OPEN: ClassVar[str]
+    """What opens a parameter (its key follows)."""
+    CALL_END: ClassVar[str]
+    """What ends the call's parameters: its own tag, or the block's ``CLOSE``."""
     __slots__ = ("_object", "_params", "_pos", "_search", "_sent", "_stage", "_text_at")
 
     def __init__(self, tool_names: frozenset[str], params: ToolParams = ()) -> None:
@@ -54,9 +55,45 @@ class TypedBlockParser(ArgumentsBlockParser):
     def _head(self, final: bool) -> None:
         raise NotImplementedError
 
+    def _param_head(self, pos: int) -> tuple[str, int] | None:
+        """At a ``PARAM_OPEN`` at ``pos``: (its key, where its value's text begins, or -1 when
+        the head is out of place); None while the text ends inside the head."""
+        raise NotImplementedError
+
+    def _value(self, final: bool) -> None:
+        """The open value: its settled text sent and, once it closed, its end (the stage is then
+        ``PARAM``, or ``TAIL`` when the call ended inside the value)."""
+        raise NotImplementedError
+
     def _streaming(self, final: bool) -> bool:
         """Send what the open call's text settles; True once the call ended (``TAIL``)."""
-        raise NotImplementedError
+        buf, size = self._buf, len(self._buf)
+        typed = self._object
+        assert typed is not None
+        while True:
+            if self._stage == IN_VALUE:
+                self._value(final)
+                if self._stage != PARAM:
+                    return self._stage == TAIL
+                continue
+            pos = skip_space(buf, self._pos)
+            if buf.startswith(self.CALL_END, pos):
+                self._send("}")
+                # The block's own close is left for ``_close`` to find; a call's tag is passed.
+                return self._end(pos if self.CALL_END == CLOSE else pos + len(self.CALL_END))
+            if buf.startswith(self.PARAM_OPEN, pos):
+                head = self._param_head(pos)
+                if head is None:
+                    return self._end(pos) if final else False
+                key, value_at = head
+                if value_at < 0 or not typed.begin(key):
+                    return self._end(pos)
+                self._stage = IN_VALUE
+                self._text_at = self._sent = self._search = value_at
+                continue
+            if not final and (pos == size or partial_marker(buf, pos, (self.PARAM_OPEN, self.CALL_END))):
+                return False
+            return self._end(pos)
 
     def _parse(self, body: str) -> ParsedCall | None:
         """The call in one block's text, or None when anything in it is out of place."""
