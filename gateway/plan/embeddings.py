@@ -28,6 +28,7 @@ from gateway.models.catalog import ModelCatalog, ServedModel
 from gateway.models.resolve import resolve_model
 from gateway.models.tokens import TokenCounter
 from gateway.plan.nullable import NullMeansDefault
+from gateway.plan.requests import INT32_MAX
 
 
 class EmbeddingCreateRequest(NullMeansDefault):
@@ -120,20 +121,26 @@ def _vocab_size(model: ServedModel) -> int | None:
     return int(tokenizer.get_vocab_size(with_added_tokens=True)) if tokenizer is not None else None
 
 
+MAX_TOKEN_ID = INT32_MAX
+"""The largest token id any model can have: vLLM holds ids as 32-bit integers. Where the
+tokenizer is not known this is the bound, so an id such as 2**64, which no JSON writer the
+backend uses can write, is a 400 here and never reaches the backend."""
+
+
 def check_token_ids(inputs: Sequence[Input], model: ServedModel) -> None:
-    """Token ids must exist in the model's vocabulary (checked when its tokenizer is known).
+    """Token ids must exist in the model's vocabulary (when its tokenizer is known), and be
+    32-bit ids in any case (``MAX_TOKEN_ID``), as ``/detokenize`` bounds them.
     ``min``/``max`` first: C loops, so a large batch of ids costs the event loop little."""
     vocab = _vocab_size(model)
+    end = min(vocab, MAX_TOKEN_ID + 1) if vocab is not None else MAX_TOKEN_ID + 1
     for position, item in enumerate(inputs):
-        if isinstance(item, str) or (min(item) >= 0 and (vocab is None or max(item) < vocab)):
+        if isinstance(item, str) or (min(item) >= 0 and max(item) < end):
             continue
-        bad = next((t for t in item if t < 0 or (vocab is not None and t >= vocab)), None)
-        if bad is not None:
-            where = f"input[{position}]" if len(inputs) > 1 else "input"
-            limit = f" (0..{vocab - 1})" if vocab is not None else ""
-            raise InvalidRequestError(
-                f"Token id {bad} in {where} is out of the model's vocabulary{limit}.", param="input"
-            )
+        bad = next(t for t in item if t < 0 or t >= end)
+        where = f"input[{position}]" if len(inputs) > 1 else "input"
+        raise InvalidRequestError(
+            f"Token id {bad} in {where} is out of the model's vocabulary (0..{end - 1}).", param="input"
+        )
 
 
 def _truncation(body: EmbeddingCreateRequest, model: ServedModel) -> int | None:

@@ -68,12 +68,20 @@ def image_parts(
 async def load_images(
     found: list[tuple[str, OtherContentPart]], settings: Settings, fetcher: ImageFetcher | None
 ) -> tuple[str, ...]:
-    """The image parts ``image_parts`` found, as base64 files, each checked; () when there are none."""
+    """The image parts ``image_parts`` found, as base64 files, each checked; () when there are none.
+    They load at once; the first to fail is the answer, and the others are cancelled and waited
+    for, so no fetch outlives the request (a check already on a thread finishes there, unread)."""
     if not found:
         return ()
     rules = ImageRules(frozenset(settings.image_formats), settings.image_max_bytes, settings.image_max_pixels)
-    loaded = await asyncio.gather(*(_load(image_url_of(part), param, rules, fetcher) for param, part in found))
-    return tuple(loaded)
+    tasks = [asyncio.ensure_future(_load(image_url_of(part), param, rules, fetcher)) for param, part in found]
+    try:
+        return tuple(await asyncio.gather(*tasks))
+    except BaseException:  # the first refusal (or the request's cancellation) ends every other load
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
 
 
 async def _load(url: Any, param: str, rules: ImageRules, fetcher: ImageFetcher | None) -> str:

@@ -262,8 +262,8 @@ def to_chat_request(body: MessagesCountRequest, seal: ReasoningSeal) -> tuple[Ch
         return ChatCompletionRequest.model_validate(fields), origins
     except ValidationError as exc:  # a bound of chat's that Anthropic's field does not have
         error = exc.errors()[0]
-        where = ".".join(str(part) for part in error["loc"])
-        raise InvalidRequestError(f"Invalid value for '{where}': {error['msg']}", param=where) from exc
+        where = messages_param(".".join(str(part) for part in error["loc"]), origins) or None
+        raise InvalidRequestError(f"Invalid value for '{where or 'the request'}': {error['msg']}", param=where) from exc
 
 
 def output_format(value: dict[str, Any]) -> dict[str, Any]:

@@ -41,7 +41,7 @@ class Thinking(BaseModel):
 
     model_config = _LENIENT
     type: Literal["enabled", "adaptive", "disabled"]
-    budget_tokens: int | None = None
+    budget_tokens: int | None = Field(default=None, le=2**31 - 1)
     display: str | None = None
     """Any value but ``omitted`` shows the text (Claude Code streams with ``updates``)."""
 
@@ -89,10 +89,10 @@ class MessagesCountRequest(NullMeansDefault):
 class MessagesRequest(MessagesCountRequest):
     """``POST /v1/messages``. ``top_k`` is vLLM's sampling field of the same name."""
 
-    max_tokens: int = Field(ge=1)
+    max_tokens: int = Field(ge=1, le=2**31 - 1)
     stop_sequences: list[str] | None = None
     temperature: float | None = Field(default=None, ge=0.0, le=1.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
-    top_k: int | None = Field(default=None, ge=-1)
+    top_k: int | None = Field(default=None, ge=-1, le=2**31 - 1)
     metadata: Metadata | None = None
     stream: bool = False

@@ -19,6 +19,10 @@ from gateway.plan.nullable import NullMeansDefault
 
 _LENIENT = ConfigDict(extra="allow", populate_by_name=True)
 
+# The largest count or token id a backend's int32 tensor (or JSON parameter read as one) carries: a
+# larger number is a 400 here, where an int64 overflow in the request's encoding would be a 500.
+INT32_MAX = 2**31 - 1
+
 
 class TextContentPart(BaseModel):
     model_config = _LENIENT
@@ -99,10 +103,10 @@ class SamplingExtras(NullMeansDefault):
     seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)  # int64, as vLLM's server
     stop: str | list[str] | None = None
     # vLLM extensions
-    top_k: int | None = Field(default=None, ge=-1)
+    top_k: int | None = Field(default=None, ge=-1, le=INT32_MAX)
     min_p: float | None = Field(default=None, ge=0.0, le=1.0)
     repetition_penalty: float | None = Field(default=None, gt=0.0, le=10.0)
-    min_tokens: int | None = Field(default=None, ge=0)
+    min_tokens: int | None = Field(default=None, ge=0, le=INT32_MAX)
     ignore_eos: bool | None = None
     stop_token_ids: list[int] | None = None
     skip_special_tokens: bool | None = None
@@ -136,7 +140,7 @@ class SamplingFields(SamplingExtras):
     n: int = Field(default=1, ge=1, le=128)
     stream: bool = False
     stream_options: StreamOptions | None = None
-    max_tokens: int | None = Field(default=None, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1, le=INT32_MAX)
     logit_bias: dict[str, float] | None = None
     user: str | None = None
     prompt_cache_key: str | None = None
@@ -146,7 +150,7 @@ class SamplingFields(SamplingExtras):
     # honoured or refused by name (``plan/extras.py``); none is dropped without a word.
     use_beam_search: bool = False
     length_penalty: float | None = None
-    truncate_prompt_tokens: int | None = Field(default=None, ge=-1)
+    truncate_prompt_tokens: int | None = Field(default=None, ge=-1, le=INT32_MAX)
     truncation_side: Literal["left", "right"] | None = None
     prompt_logprobs: int | None = None
     logprob_token_ids: list[int] | None = None
@@ -159,8 +163,8 @@ class SamplingFields(SamplingExtras):
     ec_transfer_params: dict[str, Any] | None = None
     vllm_xargs: dict[str, Any] | None = None
     repetition_detection: dict[str, Any] | None = None
-    thinking_token_budget: int | None = None
-    stream_interval: int | None = Field(default=None, ge=1)
+    thinking_token_budget: int | None = Field(default=None, le=INT32_MAX)
+    stream_interval: int | None = Field(default=None, ge=1, le=INT32_MAX)
     watermarking: bool | None = None
     request_id: str | None = None
     session_id: str | None = None
@@ -182,7 +186,7 @@ ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "
 
 class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1, le=INT32_MAX)
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     response_format: ResponseFormat | None = None
@@ -220,7 +224,7 @@ class CompletionRequest(SamplingFields):
     echo: bool = False
     logprobs: int | None = Field(default=None, ge=0, le=20)
     suffix: str | None = None
-    best_of: int | None = Field(default=None, ge=1)
+    best_of: int | None = Field(default=None, ge=1, le=INT32_MAX)
     response_format: ResponseFormat | None = None
     """vLLM takes chat's ``response_format`` on completions too: turned into structured outputs."""
     prompt_embeds: Any = None

@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from gateway.config import Settings
 from gateway.errors import InvalidRequestError
 from gateway.models.catalog import ServedModel
-from gateway.plan.requests import ChatCompletionRequest, CompletionRequest, SamplingFields
+from gateway.plan.requests import INT32_MAX, ChatCompletionRequest, CompletionRequest, SamplingFields
 
 
 def check_request(body: SamplingFields, model: ServedModel, settings: Settings) -> None:
@@ -97,7 +97,8 @@ def _bias_ids(body: SamplingFields) -> list[int]:
 
 
 def _check_ids(name: str, ids: Iterable[int], vocab: int | None) -> None:
-    """Negative ids first (refused whatever the model), then ids past the vocabulary when it is known."""
+    """Negative ids first (refused whatever the model), then ids past the vocabulary when it is known,
+    else past int32 (what the backend's tensors carry)."""
     ids = list(ids)
     negative = [i for i in ids if i < 0]
     if negative:
@@ -105,11 +106,11 @@ def _check_ids(name: str, ids: Iterable[int], vocab: int | None) -> None:
             f"token_id(s) {negative} in {name} contain out-of-vocab token ids. Token ids cannot be negative",
             param=name,
         )
-    past = [i for i in ids if vocab is not None and i >= vocab]
+    end = vocab if vocab is not None else INT32_MAX + 1
+    past = [i for i in ids if i >= end]
     if past:
-        raise InvalidRequestError(
-            f"token_id(s) {past} in {name} contain out-of-vocab token ids. Vocabulary size: {vocab}", param=name
-        )
+        known = f"Vocabulary size: {vocab}" if vocab is not None else f"Token ids are below {end}"
+        raise InvalidRequestError(f"token_id(s) {past} in {name} contain out-of-vocab token ids. {known}", param=name)
 
 
 def check_tool_choice(body: ChatCompletionRequest) -> None:

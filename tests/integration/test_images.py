@@ -6,6 +6,7 @@ exact pixels arrived, and in which order. Fetched images come from a real HTTP s
 from __future__ import annotations
 
 import base64
+import gzip
 import hashlib
 import io
 import random
@@ -227,12 +228,20 @@ class _Images(BaseHTTPRequestHandler):
             self.send_header("Location", self.path[len("/redirect-to/") :].replace("|", "/"))
             self.end_headers()
             return
-        body = SERVED.get(self.path)
+        if self.path == "/bad-redirect":  # a port no TCP connection can have
+            self.send_response(302)
+            self.send_header("Location", "http://127.0.0.1:99999/small.png")
+            self.end_headers()
+            return
+        gzipped = self.path == "/gzipped.png"
+        body = gzip.compress(SERVED["/small.png"]) if gzipped else SERVED.get(self.path)
         if body is None:
             self.send_error(404)
             return
         self.send_response(200)
         self.send_header("Content-Type", "image/png")
+        if gzipped:  # sent although identity was asked for
+            self.send_header("Content-Encoding", "gzip")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -253,13 +262,13 @@ def image_server() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def fetching(triton: TritonServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
-    """Fetching from 127.0.0.1 and localhost, private addresses allowed, small caps."""
+    """Fetching from 127.0.0.1, localhost and its subdomains, private addresses allowed, small caps."""
     log = Path(tmp_path_factory.mktemp("images")) / "gateway.log"
     gateway = start_gateway(
         triton.grpc_url,
         log,
         "--image-fetch-hosts",
-        "127.0.0.1,localhost",
+        "127.0.0.1,localhost,*.localhost",
         "--image-fetch-allow-private",
         "--image-max-bytes",
         "50000",
@@ -310,8 +319,19 @@ def test_redirect_within_the_allow_list_is_followed(fetching: GatewayProcess, im
         ("/many-pixels.png", "pixels"),
         ("/missing.png", "HTTP 404"),
         ("/redirect-to/http:||disallowed.example|x.png", "'disallowed.example'"),
+        ("/bad-redirect", "not a TCP port"),
+        ("/gzipped.png", "Content-Encoding 'gzip'"),
+        (f"/redirect-to/http:||{'a' * 64}.localhost|x.png", "does not resolve"),
     ],
-    ids=["too-many-bytes", "too-many-pixels", "not-200", "redirect-to-disallowed-host"],
+    ids=[
+        "too-many-bytes",
+        "too-many-pixels",
+        "not-200",
+        "redirect-to-disallowed-host",
+        "redirect-to-a-bad-port",
+        "compressed",
+        "label-over-63",
+    ],
 )
 def test_refused_fetches_name_their_part(fetching: GatewayProcess, image_server: str, path: str, words: str) -> None:
     response = chat(

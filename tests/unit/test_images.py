@@ -54,7 +54,7 @@ def test_an_allowed_image_passes_with_its_header_facts() -> None:
 @pytest.mark.parametrize(
     ("data", "words"),
     [
-        (encoded(2, 2, "GIF"), "GIF format are not allowed"),
+        (encoded(2, 2, "GIF"), r"not an image in a format this gateway takes \(JPEG, PNG\)"),  # GIF's reader unused
         (encoded(200, 100), "200x100 pixels"),
         (declared_png(1_000_000, 1_000_000), "too many pixels"),  # Pillow's own guard, before ours
         (declared_png(50, 50), "cannot be decoded"),  # a header with no pixels behind it
@@ -67,6 +67,28 @@ def test_refusals_name_the_part(data: bytes, words: str) -> None:
     with pytest.raises(InvalidRequestError, match=words) as caught:
         check_image(data, RULES, "messages.2.content.1")
     assert caught.value.param == "messages.2.content.1"
+
+
+def test_only_the_allowed_formats_readers_see_the_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    Image.init()
+    tried: list[str] = []
+    for name, (factory, accept) in list(Image.OPEN.items()):
+        if accept is not None:
+            monkeypatch.setitem(
+                Image.OPEN, name, (factory, lambda prefix, a=accept, n=name: tried.append(n) or a(prefix))
+            )
+    check_image(encoded(2, 2, "JPEG"), RULES, "p")
+    with pytest.raises(InvalidRequestError, match="not an image"):
+        check_image(encoded(2, 2, "WEBP"), RULES, "p")
+    assert set(tried) <= {"PNG", "JPEG"} and tried
+
+
+def test_a_format_name_pillow_does_not_know_is_skipped_not_a_crash() -> None:
+    rules = ImageRules(frozenset({"NO-SUCH-FORMAT", "PNG"}), max_bytes=100_000, max_pixels=10_000)
+    assert check_image(encoded(2, 2), rules, "p").format == "PNG"
+    nothing = ImageRules(frozenset({"NO-SUCH-FORMAT"}), max_bytes=100_000, max_pixels=10_000)
+    with pytest.raises(InvalidRequestError, match="image_formats"):
+        check_image(encoded(2, 2), nothing, "p")
 
 
 def test_host_allow_list_takes_names_and_subdomain_wildcards() -> None:
@@ -259,7 +281,7 @@ def test_the_connection_goes_to_the_checked_address_under_the_urls_name() -> Non
 
     pinned, headers, extensions = asyncio.run(go())
     assert pinned.host in {"127.0.0.1", "::1"} and pinned.port == 8443 and pinned.raw_path == b"/a.png?x=1"
-    assert headers == {"Host": "localhost:8443"}
+    assert headers == {"Host": "localhost:8443", "Accept-Encoding": "identity"}
     assert extensions == {"sni_hostname": "localhost"}  # TLS: SNI and the certificate check use the name
 
 
@@ -287,3 +309,46 @@ def test_a_host_that_never_answers_costs_the_timeout_and_no_more() -> None:
         return asyncio.get_running_loop().time() - started
 
     assert asyncio.run(go()) < 2.0
+
+
+def test_the_first_refused_image_cancels_the_other_loads() -> None:
+    """A fetch refused (HTTP 404) while another still waits on a silent host ends that one: its
+    task is done and its connection closed when ``load_images`` raises, not when it would time out.
+    The 404 is sent only once the silent host has its connection, so the order is fixed."""
+
+    async def go() -> None:
+        connected, closed = asyncio.Event(), asyncio.Event()
+
+        async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            connected.set()
+            while await reader.read(65536):  # answers nothing; b"" once the client closes
+                pass
+            closed.set()
+            writer.close()
+
+        async def missing(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            await connected.wait()
+            writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+            await writer.drain()
+            writer.close()
+
+        servers = [await asyncio.start_server(handler, "127.0.0.1", 0) for handler in (silent, missing)]
+        slow, gone = (server.sockets[0].getsockname()[1] for server in servers)
+        settings = Settings(image_fetch_hosts="127.0.0.1", image_fetch_allow_private=True)
+        fetcher = ImageFetcher(FetchRules(hosts=("127.0.0.1",), allow_private=True, timeout=60.0))
+        parts = [{"type": "image_url", "image_url": {"url": f"http://127.0.0.1:{port}/a.png"}} for port in (slow, gone)]
+        found = image_parts(body(*parts), ServedModel(name="m", vision=True), settings)
+        try:
+            with pytest.raises(InvalidRequestError, match="HTTP 404") as caught:
+                await load_images(found, settings, fetcher)
+            assert caught.value.param == "messages.0.content.1"
+            left = [t for t in asyncio.all_tasks() if not t.done() and t.get_coro().__qualname__ == "_load"]
+            assert left == []
+            await closed.wait()  # the silent host's connection was closed by the cancellation
+        finally:
+            await fetcher.aclose()
+            for server in servers:
+                server.close()
+
+    asyncio.run(go())
