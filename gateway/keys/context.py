@@ -1,5 +1,6 @@
-"""The request's key, for the layers below the edge that ask about it: planning (which models
-it may see) and the core (whose name goes on the metrics, and whom to charge for tokens).
+"""The request's key, for the layers below the edge that ask about it: planning and the probes
+(which models it may see) and the core (whose name goes on the metrics, and whom to charge for
+tokens).
 
 Context variables, as the request id (``gateway.logs``): the edge sets them before it calls the
 app, and asyncio copies them into every task the request spawns, its stream included.
@@ -33,14 +34,21 @@ class RequestKey:
 
 current_key: contextvars.ContextVar[RequestKey | None] = contextvars.ContextVar("current_key", default=None)
 
-
-def key_name() -> str | None:
-    """The request's key name (None: no key, or a flat key)."""
-    key = current_key.get()
-    return None if key is None else key.policy.name
+keys_required: contextvars.ContextVar[bool] = contextvars.ContextVar("keys_required", default=False)
+"""Whether the gateway has API keys (set by the edge on every request when it has): a request
+that presents none (a probe, the only kind let through without one) may then see no model."""
 
 
 def model_allowed(model_id: str, base: str) -> bool:
-    """Whether the request's key may use this model (requests without a key may use any)."""
+    """Whether the request's key may use this model. Without a key: any, unless the gateway has
+    keys, and then none."""
     key = current_key.get()
-    return key is None or key.policy.allows(model_id, base)
+    if key is None:
+        return not keys_required.get()
+    return key.policy.allows(model_id, base)
+
+
+def models_visible() -> bool:
+    """Whether the request may be told which models are served at all (the probes' detail):
+    always on a gateway without keys, else only with a key."""
+    return current_key.get() is not None or not keys_required.get()

@@ -5,6 +5,7 @@ the edge middleware that admits a request and puts the headers on every answer."
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,6 @@ import pytest
 from starlette.types import Receive, Scope, Send
 
 from gateway.http.security import OWNER, ApiKeyMiddleware
-from gateway.keys import limits as limits_module
 from gateway.keys.context import RequestKey, current_key, model_allowed
 from gateway.keys.limits import Admit, FileLimits, MemoryLimits, decide, rate_headers, retry_after, window_of
 from gateway.keys.policy import KeyFileError, KeyPolicy, KeyRing, hash_key, parse_key_file
@@ -140,6 +140,9 @@ def test_decide_checks_concurrency_then_requests_then_tokens() -> None:
     assert decide(policy, 1, 5, 100) == "requests"
     assert decide(policy, 1, 4, 100) == "tokens"
     assert decide(KeyPolicy("y"), 10**6, 10**6, 10**6) is None
+    # A counting request: neither the slots nor the tokens refuse it, the requests do.
+    assert decide(policy, 2, 4, 100, generating=False) is None
+    assert decide(policy, 2, 5, 100, generating=False) == "requests"
 
 
 def test_windows_are_wall_clock_minutes() -> None:
@@ -156,11 +159,12 @@ class Clock:
 
 
 @pytest.fixture(params=["memory", "file"])
-def counters(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+async def counters(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     clock = Clock(6000.0)
-    monkeypatch.setattr(limits_module.time, "time", clock)
-    store = MemoryLimits() if request.param == "memory" else FileLimits(tmp_path / "limits.sqlite")
-    return store, clock
+    monkeypatch.setattr(time, "time", clock)  # every store reads the wall clock from here
+    store = MemoryLimits() if request.param == "memory" else FileLimits(tmp_path / "limits.sqlite", fail="closed")
+    yield store, clock
+    await store.close()
 
 
 async def test_rpm_counts_admitted_requests_until_the_minute_turns(counters: Any) -> None:
@@ -193,14 +197,38 @@ async def test_tokens_charged_past_the_budget_refuse_the_next_request_until_the_
 async def test_concurrency_is_held_until_released(counters: Any) -> None:
     store, _ = counters
     policy = KeyPolicy("x", max_concurrent=2)
-    assert (await store.admit(policy)).refused is None
-    assert (await store.admit(policy)).refused is None
+    first, second = await store.admit(policy), await store.admit(policy)
+    assert (first.refused, second.refused) == (None, None)
+    assert first.lease is not None and second.lease is not None and first.lease != second.lease
     assert (await store.admit(policy)).refused == "concurrency"
-    await store.release(policy)
-    assert (await store.admit(policy)).refused is None
+    await store.release(policy, first)
+    third = await store.admit(policy)
+    assert third.refused is None
     for _ in range(5):
-        await store.release(policy)  # never below zero
+        await store.release(policy, first)  # a slot released twice is released once
+    assert (await store.admit(policy)).refused == "concurrency"
+    await store.release(policy, second)
+    await store.release(policy, third)
     assert (await store.admit(policy)).refused is None
+
+
+async def test_a_key_without_a_concurrency_limit_holds_no_slot(counters: Any) -> None:
+    store, _ = counters
+    admit = await store.admit(KeyPolicy("x", rpm=5))
+    assert admit.refused is None and admit.lease is None
+
+
+async def test_a_counting_request_answers_to_rpm_only_and_holds_no_slot(counters: Any) -> None:
+    store, _ = counters
+    policy = KeyPolicy("x", rpm=3, tpm=10, max_concurrent=1)
+    running = await store.admit(policy)
+    store.charge(policy, 50)  # over tpm, and the one slot taken
+    assert (await store.admit(policy)).refused == "concurrency"
+    counted = await store.admit(policy, generating=False)
+    assert (counted.refused, counted.requests, counted.lease) == (None, 2, None)
+    assert (await store.admit(policy, generating=False)).refused is None
+    assert (await store.admit(policy, generating=False)).refused == "requests"  # the third request of 3
+    await store.release(policy, running)
 
 
 async def test_keys_count_apart(counters: Any) -> None:
@@ -218,7 +246,14 @@ async def test_workers_count_together_in_one_file(tmp_path: Path) -> None:
     assert [r.refused for r in results] == [None, None, None, "requests"]
     first.charge(policy, 30)
     second.charge(policy, 30)
+    await first.admit(policy)  # each one's thread writes its charge before its next step
+    await second.admit(policy)
     assert (await first.admit(policy)).tokens == 60
+    slot = KeyPolicy("y", max_concurrent=1)
+    held = await first.admit(slot)
+    assert (await second.admit(slot)).refused == "concurrency"
+    await first.release(slot, held)
+    assert (await second.admit(slot)).refused is None
     await first.close()
     await second.close()
 
@@ -268,7 +303,7 @@ def limited_app(tmp_path: Path, extra: str) -> tuple[ApiKeyMiddleware, Slow]:
     path = tmp_path / "keys.toml"
     path.write_text(entry("team", A, extra=extra))
     inner = Slow()
-    return ApiKeyMiddleware(inner, KeyRing({"sk-flat"}, path), False, MemoryLimits()), inner
+    return ApiKeyMiddleware(inner, KeyRing({"sk-flat"}, path), limits=MemoryLimits()), inner
 
 
 async def post(app: Any, key: str, path: str = "/v1/chat/completions") -> httpx.Response:
@@ -349,10 +384,13 @@ async def test_redis_counts_as_memory_does(redis_url: str) -> None:
     assert (a.refused, a.requests, b.refused, b.requests) == (None, 1, None, 2)
     assert 0 < a.reset <= 60
     assert (await first.admit(policy)).refused == "concurrency"
-    await second.release(policy)
-    assert (await first.admit(policy)).requests == 3
-    await first.release(policy)
+    await second.release(policy, b)
+    c = await first.admit(policy)
+    assert c.requests == 3
+    await first.release(policy, a)
     assert (await second.admit(policy)).refused == "requests"
+    assert (await second.admit(policy, generating=False)).refused == "requests"
+    await first.release(policy, c)
     first.charge(policy, 70)
     await first.close()  # waits for the charge
     other = KeyPolicy("y", tpm=50)
