@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
@@ -28,13 +29,14 @@ from gateway.core.service import CompletionService
 from gateway.errors import GatewayError
 from gateway.http.answer import REPLICA_HEADER, ROUTE_HEADER
 from gateway.http.deps import Components
-from gateway.http.direct import DirectRoutes
+from gateway.http.direct import DIRECT_ROUTES, DirectRoutes
 from gateway.http.errors import install_error_handlers
 from gateway.http.head import HeadAsGetMiddleware
+from gateway.http.metrics_listener import MetricsListener
 from gateway.http.rejections import RejectionCountMiddleware
 from gateway.http.request_id import RequestIdMiddleware
 from gateway.http.routes import chat, completions, embeddings, health, messages, metrics, models, responses, tokenize
-from gateway.http.security import ApiKeyMiddleware, BodySizeLimitMiddleware
+from gateway.http.security import PROBES, ApiKeyMiddleware, BodySizeLimitMiddleware
 from gateway.http.tracing import TracingMiddleware
 from gateway.images.fetch import FetchRules, ImageFetcher
 from gateway.keys.limits import FileLimits, LimitStore, MemoryLimits, RedisLimits
@@ -89,17 +91,17 @@ def image_fetcher(settings: Settings) -> ImageFetcher | None:
     return ImageFetcher(rules)
 
 
-def open_key_limits(settings: Settings) -> LimitStore:
+def open_key_limits(settings: Settings, on_failure: Callable[[str], None] | None = None) -> LimitStore:
     """Where key limits are counted: Redis (every gateway), else a file every worker of this
-    gateway opens, else this process's memory."""
+    gateway opens, else this process's memory. ``on_failure(step)``: the store could not count."""
+    fail, timeout = settings.key_limits_redis_failure, settings.key_limits_redis_timeout
+    ttl = settings.key_limits_lease_ttl
     if settings.key_limits_redis_url:
-        return RedisLimits(
-            settings.key_limits_redis_url,
-            fail=settings.key_limits_redis_failure,
-            timeout=settings.key_limits_redis_timeout,
-        )
+        url = settings.key_limits_redis_url
+        return RedisLimits(url, fail=fail, timeout=timeout, lease_ttl=ttl, on_failure=on_failure)
     if settings.key_limits_file is not None:
-        return FileLimits(settings.key_limits_file)
+        path = settings.key_limits_file
+        return FileLimits(path, fail=fail, timeout=timeout, lease_ttl=ttl, on_failure=on_failure)
     return MemoryLimits()
 
 
@@ -129,8 +131,26 @@ def watch_key_file(ring: KeyRing, interval: float) -> asyncio.Task[None]:
     return asyncio.create_task(poll())
 
 
-def create_app(settings: Settings, backend: Backend | None = None) -> FastAPI:
-    """Build the app. ``backend`` defaults to the Triton replicas of ``settings.triton_url``."""
+@dataclass(frozen=True, slots=True)
+class AppParts:
+    """What ``create_app`` builds: the ``Components`` routes see, and what only the lifespan (to
+    start and stop) and the middleware (to guard and trace) need."""
+
+    components: Components
+    ring: KeyRing
+    key_limits: LimitStore | None
+    tracing: Tracing | None
+    metrics_listener: MetricsListener | None
+    own_backend: bool
+    """The backend is the Triton replicas ``create_app`` made (not one a test passed in)."""
+
+    @property
+    def keyed(self) -> bool:
+        """A key file, even one without keys yet, closes the gateway."""
+        return bool(len(self.ring)) or self.ring.path is not None
+
+
+def build_parts(settings: Settings, backend: Backend | None) -> AppParts:
     pool = triton_replicas(settings) if backend is None else None
     the_backend: Backend = backend or pool  # type: ignore[assignment]
     catalog = ModelCatalog(
@@ -147,22 +167,48 @@ def create_app(settings: Settings, backend: Backend | None = None) -> FastAPI:
     if pool is not None:
         pool.observer = the_metrics
     service = CompletionService(the_backend, admission, the_metrics, log_requests=settings.log_requests)
-    store = open_store(settings)
-    images = image_fetcher(settings)
-    tracing = (
-        Tracing(settings.otlp_traces_endpoint, content=settings.otlp_trace_content)
-        if settings.otlp_traces_endpoint
-        else None
+    seal = ReasoningSeal.from_setting(settings.reasoning_secret)
+    components = Components(
+        settings, the_backend, catalog, the_metrics, service, open_store(settings), image_fetcher(settings), seal
     )
     ring = KeyRing(settings.load_api_keys(), settings.api_key_policy_file)
-    key_limits = open_key_limits(settings) if settings.api_key_policy_file is not None else None
+    keyed = bool(len(ring)) or ring.path is not None
+    listener = (
+        MetricsListener(the_metrics, settings.host, settings.metrics_port)
+        if settings.metrics_enabled and settings.metrics_port is not None
+        else None
+    )
+    return AppParts(
+        components,
+        ring,
+        open_key_limits(settings, the_metrics.key_limits_failed) if settings.api_key_policy_file is not None else None,
+        open_tracing(settings, keyed),
+        listener,
+        own_backend=backend is None,
+    )
+
+
+def open_tracing(settings: Settings, keyed: bool) -> Tracing | None:
+    """The tracer, when an OTLP endpoint is set. A client's trace context is continued unless the
+    gateway has keys and the operator has not said to trust it (``otlp_trust_trace_context``)."""
+    if not settings.otlp_traces_endpoint:
+        return None
+    trust = settings.otlp_trust_trace_context or not keyed
+    return Tracing(settings.otlp_traces_endpoint, content=settings.otlp_trace_content, trust_context=trust)
+
+
+def lifespan_of(parts: AppParts) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """Start the parts in order (store, backend, the first model list, the metrics listener, the
+    key file's watch) and stop them in reverse."""
+    c = parts.components
+    settings = c.settings
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        if store is not None:
-            await store.start()
-        await the_backend.start()
-        if backend is None:
+        if c.store is not None:
+            await c.store.start()
+        await c.backend.start()
+        if parts.own_backend:
             logger.info(
                 "token streams to Triton on the %s transport; replicas %s, routing policy %s",
                 settings.triton_transport,
@@ -170,63 +216,61 @@ def create_app(settings: Settings, backend: Backend | None = None) -> FastAPI:
                 settings.routing_policy,
             )
         try:
-            await catalog.refresh()
+            await c.catalog.refresh()
         except GatewayError as exc:
             logger.warning("Triton not reachable at startup (%s); will keep trying", exc.message)
-        live = the_metrics.shared_live
+        live = c.metrics.shared_live
         publisher = asyncio.create_task(live.publish_forever()) if live is not None else None
-        watcher = watch_key_file(ring, settings.api_key_reload_interval)
+        if parts.metrics_listener is not None:
+            await parts.metrics_listener.start()
+        watcher = watch_key_file(parts.ring, settings.api_key_reload_interval)
         try:
             yield
         finally:
             watcher.cancel()
-            if key_limits is not None:
-                await key_limits.close()
+            if parts.metrics_listener is not None:
+                await parts.metrics_listener.stop()
+            if parts.key_limits is not None:
+                await parts.key_limits.close()
             if publisher is not None:
                 publisher.cancel()
-            catalog.close()
-            await the_backend.close()
-            if store is not None:
-                await store.close()
-            if images is not None:
-                await images.aclose()
-            if tracing is not None:
-                tracing.shutdown()
+            c.catalog.close()
+            await c.backend.close()
+            if c.store is not None:
+                await c.store.close()
+            if c.images is not None:
+                await c.images.aclose()
+            if parts.tracing is not None:
+                parts.tracing.shutdown()
 
-    # FastAPI's own OpenTelemetry hooks stay off: the gateway traces its requests itself
-    # (``gateway.tracing``, spans that see the direct routes and the h2 transport), and with them
-    # on, FastAPI asks for the global tracer, meter and logger providers on every request.
-    app = FastAPI(
-        title="triton-openai-gateway",
-        version="0.1.0",
-        lifespan=lifespan,
-        telemetry={"tracing": False, "metrics": False, "logs": False},
-    )
-    seal = ReasoningSeal.from_setting(settings.reasoning_secret)
-    components = Components(settings, the_backend, catalog, the_metrics, service, store, images, seal)
-    app.state.components = components
-    install_error_handlers(app)
-    app.include_router(health.router)
-    app.include_router(models.router)
-    app.include_router(chat.router)
-    app.include_router(completions.router)
-    app.include_router(responses.router)
-    app.include_router(messages.router)
-    app.include_router(tokenize.router)
-    app.include_router(embeddings.router)
-    if settings.metrics_enabled:
+    return lifespan
+
+
+def include_routes(app: FastAPI, settings: Settings) -> None:
+    for module in (health, models, chat, completions, responses, messages, tokenize, embeddings):
+        app.include_router(module.router)
+    if settings.metrics_enabled and settings.metrics_port is None:
         app.include_router(metrics.router)
-    # Middleware runs outermost-last-added: request id → the trace's server span (tracing on) →
-    # rejection count → HEAD as GET → CORS → auth → body limit → the generating routes (http.direct) → FastAPI.
-    app.add_middleware(DirectRoutes, components=components)
+
+
+def add_middleware(app: FastAPI, parts: AppParts) -> None:
+    """Middleware runs outermost-last-added: request id → rejection count → HEAD as GET → CORS →
+    API keys (when the gateway has any) → the trace's server span (tracing on) → body limit → the
+    generating routes (``http.direct``) → FastAPI. Keys come before the span and the body, so a
+    client without a key reaches neither the trace store nor the body parser."""
+    settings = parts.components.settings
+    app.add_middleware(DirectRoutes, components=parts.components)
     app.add_middleware(BodySizeLimitMiddleware, limit=settings.max_body_bytes)
-    if len(ring) or ring.path is not None:  # a key file, even one without keys yet, closes the gateway
+    if parts.tracing is not None:
+        app.add_middleware(TracingMiddleware, tracing=parts.tracing, direct_paths=frozenset(DIRECT_ROUTES))
+    if parts.keyed:
+        open_metrics = settings.metrics_port is None and not settings.metrics_require_auth
         app.add_middleware(
             ApiKeyMiddleware,
-            ring=ring,
-            protect_metrics=settings.metrics_require_auth,
-            limits=key_limits,
-            metrics=the_metrics,
+            ring=parts.ring,
+            open_paths=PROBES | {"/metrics"} if open_metrics else PROBES,
+            limits=parts.key_limits,
+            metrics=parts.components.metrics,
         )
     if settings.cors_origins:
         app.add_middleware(
@@ -238,8 +282,24 @@ def create_app(settings: Settings, backend: Backend | None = None) -> FastAPI:
             max_age=600,
         )
     app.add_middleware(HeadAsGetMiddleware)
-    app.add_middleware(RejectionCountMiddleware, metrics=the_metrics)
-    if tracing is not None:
-        app.add_middleware(TracingMiddleware, tracing=tracing)
+    app.add_middleware(RejectionCountMiddleware, metrics=parts.components.metrics)
     app.add_middleware(RequestIdMiddleware)
+
+
+def create_app(settings: Settings, backend: Backend | None = None) -> FastAPI:
+    """Build the app. ``backend`` defaults to the Triton replicas of ``settings.triton_url``."""
+    parts = build_parts(settings, backend)
+    # FastAPI's own OpenTelemetry hooks stay off: the gateway traces its requests itself
+    # (``gateway.tracing``, spans that see the direct routes and the h2 transport), and with them
+    # on, FastAPI asks for the global tracer, meter and logger providers on every request.
+    app = FastAPI(
+        title="triton-openai-gateway",
+        version="0.1.0",
+        lifespan=lifespan_of(parts),
+        telemetry={"tracing": False, "metrics": False, "logs": False},
+    )
+    app.state.components = parts.components
+    install_error_handlers(app)
+    include_routes(app, settings)
+    add_middleware(app, parts)
     return app

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from gateway.reasoning.registry import REASONING_PARSERS
@@ -196,6 +196,17 @@ class ModelFiles(BaseModel):
         return value
 
 
+MIB = 1024 * 1024
+
+
+def body_bytes_for_image(image_bytes: int) -> int:
+    """The body a request needs to carry one image of ``image_bytes`` as a base64 data URL: its
+    base64 text (4 characters per 3 bytes) and 1 MiB for the rest of the request, rounded up to
+    a whole MiB; never under 8 MiB."""
+    needed = -(-image_bytes // 3) * 4 + MIB
+    return max(8 * MIB, -(-needed // MIB) * MIB)
+
+
 class Settings(BaseSettings):
     """Gateway configuration. Field docstrings are the configuration reference (see README)."""
 
@@ -345,9 +356,12 @@ class Settings(BaseSettings):
     cancelled with an error event."""
 
     api_keys: str | None = None
-    """Comma-separated API keys; when any key is configured (here or in ``api_key_file``),
-    ``/v1/*``, ``/tokenize`` and ``/detokenize`` require ``Authorization: Bearer <key>`` (or ``x-api-key: <key>``,
-    as Anthropic's SDKs send it)."""
+    """Comma-separated API keys; when any key is configured (here, in ``api_key_file`` or
+    ``api_key_policy_file``), every path requires ``Authorization: Bearer <key>`` (or
+    ``x-api-key: <key>``, as Anthropic's SDKs send it): the API, ``/tokenize``, ``/detokenize``,
+    ``/docs``, ``/redoc``, ``/openapi.json``, ``/metrics`` (unless ``metrics_require_auth`` is
+    false or ``metrics_port`` is set) and unknown paths alike. Only ``/health``, ``/health/live``
+    and ``/health/ready`` answer without one, and then name no model."""
 
     api_key_file: Path | None = None
     """File with one API key per line (blank lines and ``#`` comments ignored)."""
@@ -367,11 +381,18 @@ class Settings(BaseSettings):
     count together on this machine (``key_limits_file``). Needs the ``redis`` extra."""
 
     key_limits_redis_failure: Literal["open", "closed"] = "open"
-    """Redis unreachable: ``open`` lets keyed requests through uncounted (a warning in the log),
-    ``closed`` answers them 503 ``rate_limiter_unavailable``."""
+    """The key limits' store unavailable (Redis unreachable, or the ``key_limits_file`` busy or
+    broken): ``open`` lets keyed requests through uncounted (a warning in the log), ``closed``
+    answers them 503 ``rate_limiter_unavailable``."""
 
     key_limits_redis_timeout: float = Field(default=0.25, gt=0.0)
-    """Seconds a Redis call may take before Redis counts as unreachable for that request."""
+    """Seconds a Redis call (or a wait for the ``key_limits_file``'s lock) may take before the
+    store counts as unavailable for that request."""
+
+    key_limits_lease_ttl: float = Field(default=30.0, ge=1.0)
+    """Seconds a request's ``max_concurrent`` slot lives in Redis or the ``key_limits_file``
+    without renewal; each process renews its requests' slots every third of it, so a gateway
+    (or worker) killed with requests in flight gives their slots back within this many seconds."""
 
     key_limits_file: Path | None = None
     """SQLite file where the workers of one gateway count key limits together (no Redis). Set by
@@ -388,14 +409,23 @@ class Settings(BaseSettings):
     metrics_enabled: bool = True
     """Serve Prometheus metrics on ``/metrics``."""
 
-    metrics_require_auth: bool = False
-    """Require an API key for ``/metrics`` too (health endpoints are always open)."""
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    """Serve ``/metrics`` on this port of its own (on ``host``), without an API key, and not on
+    ``port``: Prometheus scrapes it while clients, who reach ``port``, never see the metrics
+    (which name models and key names). Unset: ``/metrics`` is on ``port``."""
+
+    metrics_require_auth: bool = True
+    """On a gateway with API keys, ``/metrics`` on ``port`` requires one too (the metrics name
+    models and key names); false opens it to scrapers that send none. Without keys it is open."""
 
     cors_origins: list[str] = Field(default_factory=list)
     """Browser origins allowed by CORS (JSON list, ``["*"]`` for any); empty: CORS off."""
 
-    max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
-    """Largest request body accepted; larger bodies get 413."""
+    max_body_bytes: int = Field(default=0, ge=0)
+    """Largest request body accepted, in bytes; larger bodies get 413. 0 (default): what a request
+    with one image of ``image_max_bytes`` as a base64 data URL needs (4/3 of it) and 1 MiB for the
+    rest, at least 8 MiB (15 MiB with the default image cap). Set, at least 1024: an image in a
+    data URL can then be at most about 3/4 of it, whatever ``image_max_bytes`` says."""
 
     max_messages: int = Field(default=512, ge=1)
     """Most messages in one chat request."""
@@ -521,6 +551,12 @@ class Settings(BaseSettings):
     ``OTEL_EXPORTER_OTLP_HEADERS``, ``OTEL_TRACES_SAMPLER``...). Embedded mode points Triton's
     own OpenTelemetry tracing at the same URL (docs/OPERATIONS.md)."""
 
+    otlp_trust_trace_context: bool = False
+    """On a gateway with API keys, continue a client's ``traceparent`` all the same: its trace id,
+    and its sampled flag, which decides sampling under OpenTelemetry's parent-based samplers.
+    Off, a keyed request starts a trace of its own, sampled by the gateway's sampler, with a link
+    to the client's span. Without keys a client's trace context is always continued."""
+
     otlp_trace_content: bool = False
     """Record the rendered prompts in the request's span (``gateway.prompts``). Off by default:
     spans carry ids, parameters, token counts and timings, never what users wrote (and never the
@@ -553,6 +589,21 @@ class Settings(BaseSettings):
         if isinstance(value, (str, Path)):
             return [Path(p.strip()) for p in str(value).split(",") if p.strip()]
         return value
+
+    @field_validator("max_body_bytes")
+    @classmethod
+    def _body_limit_size(cls, value: int) -> int:
+        if 0 < value < 1024:
+            raise ValueError("max_body_bytes must be 0 (follow image_max_bytes) or at least 1024")
+        return value
+
+    @model_validator(mode="after")
+    def _body_limit_follows_the_image_cap(self) -> Settings:
+        """``max_body_bytes`` unset: a body large enough for the largest image allowed, so the
+        image cap is reachable with a data URL (base64 inflates it by 4/3)."""
+        if self.max_body_bytes == 0:
+            self.max_body_bytes = body_bytes_for_image(self.image_max_bytes)
+        return self
 
     @field_validator("image_formats", "image_fetch_hosts", mode="before")
     @classmethod

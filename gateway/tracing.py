@@ -6,14 +6,16 @@ Off unless an OTLP endpoint is configured (``otlp_traces_endpoint``, or the stan
 then imported here (the ``tracing`` extra) and nowhere else, so a gateway without it needs none
 of it. Off, every hook below is one ``ContextVar.get`` returning None per request.
 
-On, the HTTP edge starts one SERVER span per ``/v1`` request (continuing the client's
-``traceparent``), named and described by OpenTelemetry's GenAI semantic conventions once planning
-knows the model (``chat <model>``, ``gen_ai.request.*``, ``gen_ai.usage.*``,
-``gen_ai.response.*``). The gateway's phases are child spans made from timestamps the request
-already keeps (planning: prompt rendering and counting; a wait in the admission queue) and events
-(the replica chosen, the first token, the last token), so nothing runs per token. Each Triton call is a CLIENT
-span whose context goes to Triton as the ``traceparent`` gRPC metadata: a Triton started with
-``--trace-config mode=opentelemetry`` puts its own spans under it.
+On, the HTTP edge starts one SERVER span per ``/v1`` request that passed authentication
+(continuing the client's ``traceparent`` only where it is trusted: ``Tracing.start``), named by
+its route template (``GET /v1/models/{model_id:path}``, never the raw path) and, once planning
+knows the model, by OpenTelemetry's GenAI semantic conventions (``chat <model>``,
+``gen_ai.request.*``, ``gen_ai.usage.*``, ``gen_ai.response.*``). The gateway's phases are
+child spans made from timestamps the request already keeps (planning: prompt rendering and
+counting; a wait in the admission queue) and events (the replica chosen, the first token, the
+last token), so nothing runs per token. Each Triton call is a CLIENT span whose context goes to
+Triton as the ``traceparent`` gRPC metadata: a Triton started with ``--trace-config
+mode=opentelemetry`` puts its own spans under it.
 
 Prompt and completion text never enter a span unless ``otlp_trace_content`` is on.
 """
@@ -117,11 +119,14 @@ class RequestTrace:
     ``time.perf_counter()`` values (what the request's bookkeeping keeps) are turned into the
     wall-clock nanoseconds OpenTelemetry wants against the pair taken when the span started."""
 
-    __slots__ = ("span", "context", "content", "_tracing", "_wall0", "_perf0")
+    __slots__ = ("span", "context", "content", "method", "named", "_tracing", "_wall0", "_perf0")
 
-    def __init__(self, tracing: Tracing, span: Span, context: Context) -> None:
+    def __init__(self, tracing: Tracing, span: Span, context: Context, method: str = "") -> None:
         self._tracing = tracing
         self.span = span
+        self.method = method
+        self.named = False
+        """Whether planning gave the span its GenAI name (``planned``)."""
         self.context = context
         """The context with ``span`` current: the parent of everything below."""
         self.content = tracing.content
@@ -159,6 +164,7 @@ class RequestTrace:
         if self.content:
             attributes["gateway.prompts"] = list(prompts)
         self.span.update_name(name)
+        self.named = True
         self.span.set_attributes(attributes)
 
     def call(self, address: str, model: str) -> CallSpan:
@@ -188,9 +194,15 @@ class RequestTrace:
 
             self.span.set_status(Status(StatusCode.ERROR, message))
 
-    def end(self, status_code: int | None) -> None:
+    def end(self, status_code: int | None, route: str | None = None) -> None:
+        """``route``: the template of the route that answered (None: none matched), which names
+        the span unless planning named it: a bounded set of names, whatever paths clients send."""
         if status_code is not None:
             self.span.set_attribute("http.response.status_code", status_code)
+        if route is not None:
+            self.span.set_attribute("http.route", route)
+            if not self.named:
+                self.span.update_name(f"{self.method} {route}")
         self.span.end()
 
 
@@ -227,10 +239,12 @@ class Tracing:
         endpoint: str,
         *,
         content: bool = False,
+        trust_context: bool = True,
         service_name: str = SERVICE_NAME,
         exporter: SpanExporter | None = None,
     ) -> None:
-        """``exporter``: where spans go instead of OTLP/HTTP to ``endpoint`` (tests: in memory)."""
+        """``trust_context``: whether a client's ``traceparent`` is continued (``start``);
+        ``exporter``: where spans go instead of OTLP/HTTP to ``endpoint`` (tests: in memory)."""
         try:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
             from opentelemetry.sdk.resources import Resource
@@ -252,10 +266,17 @@ class Tracing:
         self.tracer: Tracer = self.provider.get_tracer("gateway")
         self.propagator = TraceContextTextMapPropagator()
         self.content = content
+        self.trust_context = trust_context
 
     def start(self, headers: Iterable[tuple[bytes, bytes]], method: str, path: str) -> RequestTrace:
-        """The SERVER span of one request, child of the client's ``traceparent`` if it sent one."""
-        from opentelemetry.trace import SpanKind, set_span_in_context
+        """The SERVER span of one request, named by its method until its route is known
+        (``RequestTrace.end``). With ``trust_context`` it is a child of the client's
+        ``traceparent`` if it sent one, so the client's sampled flag decides under a parent-based
+        sampler; without, it starts a trace of its own that the gateway's sampler decides, linked
+        to the client's span, so a client cannot make the gateway record (and export) its
+        requests, nor choose their trace ids."""
+        from opentelemetry.context import Context
+        from opentelemetry.trace import Link, SpanKind, get_current_span, set_span_in_context
 
         carrier = {
             name.decode("latin-1"): value.decode("latin-1")
@@ -263,13 +284,19 @@ class Tracing:
             if name in (b"traceparent", b"tracestate")
         }
         parent = self.propagator.extract(carrier) if carrier else None
+        links: list[Link] = []
+        if parent is not None and not self.trust_context:
+            client = get_current_span(parent).get_span_context()
+            links = [Link(client)] if client.is_valid else []
+            parent = Context()
         span = self.tracer.start_span(
-            f"{method} {path}",
+            method,
             context=parent,
             kind=SpanKind.SERVER,
+            links=links,
             attributes={"http.request.method": method, "url.path": path},
         )
-        return RequestTrace(self, span, set_span_in_context(span))
+        return RequestTrace(self, span, set_span_in_context(span), method)
 
     def shutdown(self) -> None:
         """Export what is left (the batch processor's queue) and stop."""

@@ -12,14 +12,15 @@ from collections.abc import Iterable
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gateway.anthropic.ratelimit import rate_headers as anthropic_rate_headers
 from gateway.errors import (
     AuthenticationError,
     GatewayError,
     PayloadTooLargeError,
     RateLimitError,
 )
-from gateway.http.errors import error_payload
-from gateway.keys.context import RequestKey, current_key
+from gateway.http.errors import error_payload, is_anthropic_path
+from gateway.keys.context import RequestKey, current_key, keys_required
 from gateway.keys.limits import Admit, LimitStore, LimitUnavailable, rate_headers, retry_after
 from gateway.keys.policy import KeyPolicy, KeyRing, hash_key
 from gateway.metrics import Metrics
@@ -42,13 +43,18 @@ OWNER = "api_key_owner"
 """``scope["state"]`` key of whose stored responses a request may see: ``key:<name>`` for a named
 key (a rotated key keeps its conversations), else the key's sha256 (hex). Never the key itself."""
 
-KEY_NAME = "api_key_name"
-"""``scope["state"]`` key of the request's key name (None: a key without one)."""
+PROBES = frozenset({"/health", "/health/live", "/health/ready"})
+"""The paths answered without a key on a gateway with keys (Kubernetes' probes, load balancers):
+without one they name no model (``keys.context.models_visible``)."""
 
 LIMITED_PATHS = frozenset(
     {"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages", "/v1/embeddings"}
 )
 """The POSTs a key's limits count: the ones that run a model."""
+
+COUNTING_PATHS = frozenset({"/tokenize", "/v1/messages/count_tokens", "/v1/responses/input_tokens"})
+"""The POSTs that count a prompt's tokens: against a key's ``rpm`` only (they take no slot and
+spend no tokens; the tokenizer's work is what ``rpm`` bounds)."""
 
 _LIMIT_WORDS = {
     "concurrency": "concurrent requests",
@@ -94,72 +100,96 @@ def _refusal(policy: KeyPolicy, admit: Admit) -> RateLimitError:
     )
 
 
+def is_preflight(scope: Scope) -> bool:
+    """A CORS preflight: browsers send it without credentials, so it cannot carry a key."""
+    if scope["method"] != "OPTIONS":
+        return False
+    names = {name for name, _ in scope["headers"]}
+    return b"origin" in names and b"access-control-request-method" in names
+
+
+def missing_key() -> AuthenticationError:
+    return AuthenticationError(
+        "Missing API key: send it as 'Authorization: Bearer <key>' or 'x-api-key: <key>'.",
+        headers={"WWW-Authenticate": "Bearer"},
+    )
+
+
+def wrong_key() -> AuthenticationError:
+    return AuthenticationError("Incorrect API key provided.", headers={"WWW-Authenticate": "Bearer"})
+
+
 class ApiKeyMiddleware:
-    """``Authorization: Bearer <key>`` or ``x-api-key: <key>`` on protected paths (the API under
-    ``/v1/``, and vLLM's ``/tokenize`` and ``/detokenize`` at the root); health endpoints always
-    open. A request that passes carries its owner (``request_owner``) and its key
+    """Closed by default: every path needs ``Authorization: Bearer <key>`` or ``x-api-key: <key>``
+    (the API, vLLM's ``/tokenize`` and ``/detokenize``, the OpenAPI document and its pages, paths
+    nothing serves) but ``open_paths`` (the probes, and ``/metrics`` when the operator opens it)
+    and CORS preflights, so a client without a key learns nothing from the answer but that it
+    needs one. An open path still reads a key it is sent: the probes name models to a client
+    with one. A request that passes carries its owner (``request_owner``) and its key
     (``keys.context.current_key``); a generating POST with a limited key is admitted by ``limits``
-    first (429 over a limit) and every answer to it carries OpenAI's ``x-ratelimit-*`` headers."""
+    first (429 over a limit) and every answer to it carries OpenAI's ``x-ratelimit-*`` headers
+    (Anthropic's ``anthropic-ratelimit-*`` on ``/v1/messages``)."""
 
     def __init__(
         self,
         app: ASGIApp,
         ring: KeyRing,
-        protect_metrics: bool,
+        open_paths: frozenset[str] = PROBES,
         limits: LimitStore | None = None,
         metrics: Metrics | None = None,
     ) -> None:
         self.app = app
         self.ring = ring
+        self.open_paths = open_paths
         self.limits = limits
         self.metrics = metrics
-        api = ("/v1/", "/tokenize", "/detokenize")
-        self.prefixes = (*api, "/metrics") if protect_metrics else api
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] == "OPTIONS" or not scope["path"].startswith(self.prefixes):
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        required = keys_required.set(True)
+        try:
+            await self._checked(scope, receive, send)
+        finally:
+            keys_required.reset(required)
+
+    async def _checked(self, scope: Scope, receive: Receive, send: Send) -> None:
         token = presented_key(scope["headers"])
-        if not token:
-            await send_error(
-                send,
-                AuthenticationError(
-                    "Missing API key: send it as 'Authorization: Bearer <key>' or 'x-api-key: <key>'.",
-                    headers={"WWW-Authenticate": "Bearer"},
-                ),
-                scope["path"],
-            )
-            return
-        digest = hash_key(token)
-        policy = self.ring.lookup_digest(digest)
+        digest = hash_key(token) if token else None
+        policy = self.ring.lookup_digest(digest) if digest is not None else None
         if policy is None:
-            await send_error(
-                send,
-                AuthenticationError("Incorrect API key provided.", headers={"WWW-Authenticate": "Bearer"}),
-                scope["path"],
-            )
+            if scope["path"] in self.open_paths or is_preflight(scope):
+                await self.app(scope, receive, send)  # no key context: no detail
+            else:
+                await send_error(send, missing_key() if not token else wrong_key(), scope["path"])
             return
+        assert digest is not None
         state = scope.setdefault("state", {})
         state[OWNER] = f"key:{policy.name}" if policy.name else digest
-        state[KEY_NAME] = policy.name
         limits = self.limits if policy.limited else None
         reset = current_key.set(RequestKey(policy, limits))
         try:
-            if limits is None or scope["method"] != "POST" or scope["path"] not in LIMITED_PATHS:
+            if limits is None or scope["method"] != "POST":
                 await self.app(scope, receive, send)
+            elif scope["path"] in LIMITED_PATHS:
+                await self._limited(policy, limits, scope, receive, send, generating=True)
+            elif scope["path"] in COUNTING_PATHS:
+                await self._limited(policy, limits, scope, receive, send, generating=False)
             else:
-                await self._limited(policy, limits, scope, receive, send)
+                await self.app(scope, receive, send)
         finally:
             current_key.reset(reset)
 
-    async def _limited(self, policy: KeyPolicy, limits: LimitStore, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _limited(
+        self, policy: KeyPolicy, limits: LimitStore, scope: Scope, receive: Receive, send: Send, *, generating: bool
+    ) -> None:
         try:
-            admit = await limits.admit(policy)
+            admit = await limits.admit(policy, generating=generating)
         except LimitUnavailable as exc:
             await send_error(send, exc, scope["path"])
             return
-        headers = rate_headers(policy, admit)
+        headers = (anthropic_rate_headers if is_anthropic_path(scope["path"]) else rate_headers)(policy, admit)
         if admit.refused is not None:
             if self.metrics is not None and policy.name is not None:
                 self.metrics.limited(policy.name, admit.refused)
@@ -174,8 +204,8 @@ class ApiKeyMiddleware:
         try:
             await self.app(scope, receive, send_with_headers)
         finally:
-            if admit.counted:
-                await asyncio.shield(limits.release(policy))
+            if admit.lease is not None:
+                await asyncio.shield(limits.release(policy, admit))
 
 
 class BodySizeLimitMiddleware:

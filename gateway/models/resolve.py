@@ -25,12 +25,19 @@ class ResolvedModel:
 
 
 def resolve_model(model_id: str, models: Mapping[str, ServedModel], separator: str) -> ResolvedModel:
-    """Find the base model and adapter a request names, or raise ``ModelNotFoundError``; a model
-    the request's key may not use does not exist for it (the same 404, word for word)."""
+    """Find the base model and adapter a request names, or raise ``ModelNotFoundError``. A model
+    the request's key may not use does not exist for it: the same 404, word for word, as an id
+    nothing serves, so a key learns nothing of the models outside its list. Only a base model the
+    key may use answers an unknown adapter with its adapters, and names only those the key may
+    use."""
     resolved = _resolve(model_id, models, separator)
     if not model_allowed(model_id, resolved.model.name):
-        raise ModelNotFoundError(f"The model '{model_id}' does not exist.", param="model")
+        raise not_found(model_id)
     return resolved
+
+
+def not_found(model_id: str) -> ModelNotFoundError:
+    return ModelNotFoundError(f"The model '{model_id}' does not exist.", param="model")
 
 
 def _resolve(model_id: str, models: Mapping[str, ServedModel], separator: str) -> ResolvedModel:
@@ -40,15 +47,28 @@ def _resolve(model_id: str, models: Mapping[str, ServedModel], separator: str) -
     if sep and base in models:
         if adapter in models[base].adapters:
             return ResolvedModel(models[base], adapter)
-        raise ModelNotFoundError(
-            f"The model '{base}' has no LoRA adapter '{adapter}'. "
-            f"Adapters: {', '.join(models[base].adapters) or 'none'}.",
-            param="model",
-        )
-    owners = [m for m in models.values() if model_id in m.adapters]
+        raise _no_adapter(model_id, models[base], adapter, separator)
+    owners = [m for m in models.values() if model_id in m.adapters and model_allowed(model_id, m.name)]
     if len(owners) == 1:
         return ResolvedModel(owners[0], model_id)
-    raise ModelNotFoundError(f"The model '{model_id}' does not exist.", param="model")
+    raise not_found(model_id)
+
+
+def _no_adapter(model_id: str, base: ServedModel, adapter: str, separator: str) -> ModelNotFoundError:
+    """An adapter the base does not have: the base and the adapters the key may use, or, when
+    the key may use none of them, the 404 of an id nothing serves."""
+    visible = [a for a in base.adapters if model_allowed(f"{base.name}{separator}{a}", base.name)]
+    if not visible and not model_allowed(base.name, base.name):
+        return not_found(model_id)
+    return ModelNotFoundError(
+        f"The model '{base.name}' has no LoRA adapter '{adapter}'. Adapters: {', '.join(visible) or 'none'}.",
+        param="model",
+    )
+
+
+def visible_models(models: Mapping[str, ServedModel]) -> dict[str, ServedModel]:
+    """The base models the request's key may use (all of them on a gateway without keys)."""
+    return {name: model for name, model in models.items() if model_allowed(name, name)}
 
 
 def list_model_ids(models: Mapping[str, ServedModel], separator: str) -> list[tuple[str, ServedModel, str | None]]:

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from gateway.config import Settings
 from gateway.errors import InvalidRequestError, ModelNotFoundError
 from gateway.models.catalog import ModelCatalog, ServedModel
-from gateway.models.resolve import resolve_model
+from gateway.models.resolve import resolve_model, visible_models
 from gateway.plan.budget import check_prompt_limits, counting_for
 from gateway.plan.prepare import render_chat
 from gateway.plan.requests import ChatCompletionRequest
@@ -58,9 +58,11 @@ def check_countable(model: ServedModel, prompt: str, settings: Settings) -> None
 
 
 def default_model(model_id: str | None, models: Mapping[str, ServedModel]) -> str:
-    """``model`` may be left out when the gateway serves one model (vLLM serves one)."""
+    """``model`` may be left out when the gateway serves one model (vLLM serves one): one the
+    request's key may use, and the error names only those, so a key learns no other model."""
     if model_id is not None:
         return model_id
+    models = visible_models(models)
     if len(models) == 1:
         return next(iter(models))
     if not models:

@@ -11,6 +11,9 @@ vLLM backend tokenizes with the tokenizer's special tokens added (vLLM's own cha
 out, hence its default of false there). For models whose tokenizer adds none (tiny-llm, Qwen)
 the two defaults give the same ids; sent explicitly, it is obeyed.
 
+``model`` may be left out when the request's key may use one base model; the 400 that asks for it
+names only the models the key may use (``plan.count.default_model``).
+
 A prompt longer than the model's context is tokenized all the same (vLLM does so too): the count
 tells the client by how much it is over. ``max_model_len`` is null when the model's files do not
 say it.

@@ -39,9 +39,11 @@ class TokenizeRequest(NullMeansDefault):
     chat_template_kwargs: dict[str, Any] | None = None
     documents: list[dict[str, str]] | None = None
     mm_processor_kwargs: dict[str, Any] | None = None
-    """Options of a multimodal processor: the models served take text only, so there is none to pass them to."""
+    """Options of vLLM's multimodal processor: accepted and unused, since the tokens an image takes
+    are the backend's processor's to decide and are not counted here (``plan.tokenize.to_chat_request``)."""
     media_io_kwargs: dict[str, Any] | None = None
-    """Options for loading media: likewise unused."""
+    """Options for loading media: accepted and unused (image URLs are fetched under the operator's
+    rules, ``images.fetch``, for chat only)."""
 
 
 class DetokenizeRequest(NullMeansDefault):

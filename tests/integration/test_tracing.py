@@ -203,22 +203,30 @@ def test_a_responses_call_is_a_chat_span_with_the_responses_id(
 
 
 def test_an_error_is_in_the_trace_and_the_logs_name_it(traced_gateway: GatewayProcess, receiver: OtlpReceiver) -> None:
-    header, trace_id, client_span = traceparent(3)
     script = json.dumps({"responses": [], "error": {"message": "engine exploded", "after": 0}})
-    response = httpx.post(
-        traced_gateway.url + "/v1/chat/completions",
-        json={"model": SCRIPTED, "messages": [{"role": "user", "content": f"<script>{script}</script>"}]},
-        headers={"traceparent": header},
-        timeout=60,
-    )
-    assert response.status_code >= 500
-    # Triton exports the model's spans of a failed request, but its InferRequest span only now
-    # and then (seen missing for a whole run, on both transports): its spans are waited for, and
-    # the parent of InferRequest is checked where it came (the success paths always check it).
-    spans = receiver.wait_for(
-        trace_id,
-        lambda s: gateway_server(s) and {CALL, "compute", SCRIPTED} <= {span.name for span in s},
-    )
+
+    def triton_part(spans: list[ReceivedSpan]) -> set[str]:
+        return {span.name for span in spans if span.service == "triton"}
+
+    # Triton exports the model's spans of a failed request, but now and then none of them, and
+    # its InferRequest span only now and then (seen missing for a whole run, on both
+    # transports): the request is sent again until Triton's model spans came, and they must.
+    for attempt in range(3):
+        header, trace_id, client_span = traceparent(3 + 16 * attempt)
+        response = httpx.post(
+            traced_gateway.url + "/v1/chat/completions",
+            json={"model": SCRIPTED, "messages": [{"role": "user", "content": f"<script>{script}</script>"}]},
+            headers={"traceparent": header},
+            timeout=60,
+        )
+        assert response.status_code >= 500
+        spans = receiver.wait_for(
+            trace_id,
+            lambda s: gateway_server(s) and {CALL, "compute", SCRIPTED} <= {span.name for span in s},
+        )
+        if {"compute", SCRIPTED} <= triton_part(spans):
+            break
+    assert gateway_server(spans), "the gateway's server span arrived"
     server = one(spans, kind=SERVER, service=GATEWAY)
     assert server.parent_span_id == client_span
     assert server.status_code == 2  # ERROR
@@ -226,10 +234,11 @@ def test_an_error_is_in_the_trace_and_the_logs_name_it(traced_gateway: GatewayPr
     assert server.attributes["http.response.status_code"] == response.status_code
     call = one(spans, kind=CLIENT, service=GATEWAY)
     assert call.status_code == 2
-    triton = {span.name for span in spans if span.service == "triton"}
-    assert not triton or {"compute", SCRIPTED} <= triton  # Triton drops a request's spans now and then
+    assert {"compute", SCRIPTED} <= triton_part(spans), "Triton's spans of the failed request arrived"
     requests = [span for span in spans if span.name == "InferRequest"]
     assert all(span.parent_span_id == call.span_id for span in requests)
+    if not requests:  # the model's span continues the gateway's call through InferRequest
+        assert one(spans, name=SCRIPTED).trace_id == call.trace_id
     # The log line is written once the answer is out: it may reach the log file a moment later.
     assert wait_for(lambda: f"trace_id={trace_id}" in traced_gateway.log_text(), timeout=10), (
         "the error's log line names the trace"
@@ -278,3 +287,46 @@ def test_a_request_without_traceparent_starts_its_own_trace(
     assert server.parent_span_id == ""
     spans = receiver.wait_for(server.trace_id, complete_trace)
     assert CALL in {span.name for span in spans}, "the gateway's call span starts the trace it sends Triton"
+
+
+@pytest.fixture(scope="module")
+def keyed_traced_gateway(
+    traced_triton: TritonServer, receiver: OtlpReceiver, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[GatewayProcess]:
+    process = start_gateway(
+        traced_triton.grpc_url,
+        tmp_path_factory.mktemp("keyed-traced-gateway") / "gateway.log",
+        "--otlp-traces-endpoint",
+        receiver.url,
+        "--api-keys",
+        "sk-traced",
+        env={"OTEL_BSP_SCHEDULE_DELAY": "50", "OTEL_SERVICE_NAME": GATEWAY},
+    )
+    yield process
+    stop_gateway(process)
+
+
+def test_with_keys_only_a_keyed_request_is_traced_named_by_its_route_in_a_trace_of_its_own(
+    keyed_traced_gateway: GatewayProcess, receiver: OtlpReceiver
+) -> None:
+    """A probe without a key makes no span, whatever its path and ``traceparent``; a keyed
+    request's span is named by the route's template, and the client's ``traceparent`` (not
+    trusted on a gateway with keys) neither parents it nor chooses its trace id."""
+    probe_header, probe_trace, _ = traceparent(6)
+    header, trace_id, _ = traceparent(7)
+    url = keyed_traced_gateway.url + "/v1/models/"
+    for n in range(5):
+        assert httpx.get(url + f"probe-{n}", headers={"traceparent": probe_header}).status_code == 401
+    keyed = httpx.get(url + "nothing", headers={"traceparent": header, "Authorization": "Bearer sk-traced"})
+    assert keyed.status_code == 404
+    request_id = keyed.headers["x-request-id"]
+
+    def mine() -> list[ReceivedSpan]:
+        return [s for s in receiver.spans if s.attributes.get("gateway.request_id") == request_id]
+
+    receiver.wait_for("", lambda _: bool(mine()))
+    (server,) = mine()
+    assert server.name == "GET /v1/models/{model_id:path}"
+    assert server.trace_id != trace_id and server.parent_span_id == ""
+    assert not receiver.trace(trace_id) and not receiver.trace(probe_trace)
+    assert not [s for s in receiver.spans if "probe-" in str(s.attributes.get("url.path", ""))]

@@ -544,3 +544,92 @@ async def test_each_request_is_counted_once_with_how_it_ended(tmp_path: Path) ->
     assert any('status="200",stream="false"' in line for line in counted)
     assert any('status="503"' in line for line in counted)
     assert 'gateway_cancellations_total{reason="stop_string"} 2.0' in metrics
+
+
+# -- what a key learns of the models outside its list ---------------------------------------------
+
+
+async def keyed_calls(
+    tmp_path: Path, requests: list[tuple[str, str, dict[str, Any]]], **settings: Any
+) -> list[httpx.Response]:
+    from gateway.keys.policy import hash_key
+
+    keys = tmp_path / "keys.toml"
+    keys.write_text(f'[[key]]\nname = "team"\nsha256 = "{hash_key("sk-team")}"\nmodels = ["m"]\n')
+    repo = make_repo(make_repo(tmp_path, "m"), "secret", adapters=("a", "b"))
+    backend = ScriptedBackend(text_chunks(b"ok"), models=("m", "secret"))
+    app = create_app(Settings(model_repository=[repo], api_key_policy_file=keys, **settings), backend=backend)
+    headers = {"Authorization": "Bearer sk-team"}
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test", headers=headers) as client:
+            return [await client.request(method, path, **kwargs) for method, path, kwargs in requests]
+
+
+async def test_an_adapter_of_a_model_outside_the_keys_list_is_the_404_of_a_model_nothing_serves(
+    tmp_path: Path,
+) -> None:
+    def ask(model: str) -> tuple[str, str, dict[str, Any]]:
+        return (
+            "POST",
+            "/v1/chat/completions",
+            {"json": {"model": model, "messages": [{"role": "user", "content": "x"}]}},
+        )
+
+    hidden, unknown, bare = await keyed_calls(tmp_path, [ask("secret:x"), ask("ghost:x"), ask("a")])
+    assert hidden.status_code == unknown.status_code == bare.status_code == 404
+    assert hidden.content.replace(b"secret:x", b"ID") == unknown.content.replace(b"ghost:x", b"ID")
+    assert b"secret" not in bare.content.replace(b"'a'", b"")
+    assert b"Adapters" not in hidden.content
+
+
+async def test_tokenize_without_a_model_names_only_the_keys_models(tmp_path: Path) -> None:
+    (tokenized,) = await keyed_calls(tmp_path, [("POST", "/tokenize", {"json": {"prompt": "hi"}})])
+    assert tokenized.status_code == 200, "the key may use one model: it is the default"
+    assert tokenized.json()["count"] > 0
+    repo = make_repo(make_repo(tmp_path / "open", "m"), "secret")
+    app = create_app(Settings(model_repository=[repo]), backend=ScriptedBackend([], models=("m", "secret")))
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+            response = await client.post("/tokenize", json={"prompt": "hi"})
+    assert response.status_code == 400 and "m, secret" in response.json()["error"]["message"]
+
+
+# -- traces begin after the key check --------------------------------------------------------------
+
+
+async def test_only_requests_with_a_key_are_traced_and_spans_are_named_by_route(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from functools import partial
+
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    import gateway.app
+    from gateway.tracing import Tracing
+
+    memory = InMemorySpanExporter()
+    monkeypatch.setattr(gateway.app, "Tracing", partial(Tracing, exporter=memory))
+    chat_body = {"json": chat(), "headers": {"traceparent": f"00-{0xABC:032x}-{0xDEF:016x}-01"}}
+    responses = await keyed_calls(
+        tmp_path,
+        [
+            ("GET", "/v1/models/secret", {"headers": {"Authorization": ""}}),  # no key: 401
+            ("GET", "/v1/random/path/1", {"headers": {"Authorization": "Bearer nope"}}),  # wrong key: 401
+            ("GET", "/v1/models/secret", {}),
+            ("GET", "/v1/random/path/2", {}),
+            ("POST", "/v1/chat/completions", {"json": {"model": 1}}),  # a 400 before planning
+            ("POST", "/v1/chat/completions", chat_body),
+        ],
+        otlp_traces_endpoint="http://127.0.0.1:9/v1/traces",
+    )
+    assert [r.status_code for r in responses] == [401, 401, 404, 404, 400, 200]
+    spans = sorted(memory.get_finished_spans(), key=lambda span: span.start_time or 0)
+    servers = [span for span in spans if span.kind.name == "SERVER"]
+    assert [span.name for span in servers] == [
+        "GET /v1/models/{model_id:path}",
+        "GET",
+        "POST /v1/chat/completions",
+        "chat m",
+    ]
+    assert servers[-1].parent is None and servers[-1].context.trace_id != 0xABC, "a keyed gateway trusts no client"

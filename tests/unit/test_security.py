@@ -21,8 +21,10 @@ from starlette.types import Message, Receive, Scope, Send
 
 from gateway.app import create_app
 from gateway.config import Settings
-from gateway.http.security import ApiKeyMiddleware, BodySizeLimitMiddleware
-from gateway.keys.policy import KeyRing
+from gateway.http.security import PROBES, ApiKeyMiddleware, BodySizeLimitMiddleware
+from gateway.keys.context import current_key, keys_required
+from gateway.keys.policy import KeyRing, hash_key
+from gateway.triton_launcher import free_port
 from tests.fakes import ScriptedBackend, text_chunks
 
 pytestmark = pytest.mark.anyio
@@ -93,9 +95,10 @@ def assert_openai_error(response: httpx.Response, status: int, error_type: str, 
 # -- API keys -------------------------------------------------------------------------------------
 
 
-def guarded(protect_metrics: bool = False) -> tuple[ApiKeyMiddleware, Recorder]:
+def guarded(open_metrics: bool = False) -> tuple[ApiKeyMiddleware, Recorder]:
     inner = Recorder()
-    return ApiKeyMiddleware(inner, ring=KeyRing({"sk-one", "sk-two"}, None), protect_metrics=protect_metrics), inner
+    open_paths = PROBES | {"/metrics"} if open_metrics else PROBES
+    return ApiKeyMiddleware(inner, ring=KeyRing({"sk-one", "sk-two"}, None), open_paths=open_paths), inner
 
 
 async def get(app: Any, path: str, authorization: str | None = None, method: str = "GET") -> httpx.Response:
@@ -146,31 +149,64 @@ async def test_right_key_reaches_the_app(authorization: str) -> None:
     assert inner.calls == 1
 
 
-@pytest.mark.parametrize("path", ["/health", "/health/ready", "/", "/docs", "/openapi.json", "/v1"])
-async def test_paths_outside_v1_are_open(path: str) -> None:
-    app, inner = guarded(protect_metrics=True)
-    assert (await get(app, path)).status_code == 200
-    assert inner.calls == 1
+@pytest.mark.parametrize("path", ["/health", "/health/live", "/health/ready"])
+async def test_the_probes_answer_without_a_key_and_without_one_carry_none(path: str) -> None:
+    seen: list[tuple[object, bool]] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        seen.append((current_key.get(), keys_required.get()))
+        await Recorder()(scope, receive, send)
+
+    guard = ApiKeyMiddleware(app, ring=KeyRing({"sk-one"}, None))
+    for authorization in (None, "Bearer wrong", "Bearer sk-one"):
+        assert (await get(guard, path, authorization)).status_code == 200
+    assert [(key is not None, required) for key, required in seen] == [(False, True), (False, True), (True, True)]
+    assert keys_required.get() is False, "reset after the request"
 
 
-@pytest.mark.parametrize("path", ["/v1/models", "/v1/models/m", "/v1/completions", "/v1/anything"])
-async def test_every_v1_path_is_protected(path: str) -> None:
-    app, _ = guarded()
-    assert (await get(app, path)).status_code == 401
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/models",
+        "/v1/models/m",
+        "/v1/completions",
+        "/v1/anything",
+        "/v1",
+        "/",
+        "/docs",
+        "/redoc",
+        "/openapi.json",
+        "/metrics",
+        "/tokenize",
+        "/healthz",
+        "/health/ready/x",
+        "/nothing/here",
+    ],
+)
+async def test_every_other_path_is_closed_and_never_reaches_the_app(path: str) -> None:
+    app, inner = guarded()
+    for method in ("GET", "POST", "DELETE", "PUT", "OPTIONS"):
+        assert_openai_error(await get(app, path, method=method), 401, "authentication_error", "invalid_api_key")
+    assert inner.calls == 0
 
 
-async def test_metrics_are_protected_only_when_the_flag_says_so() -> None:
-    app, inner = guarded(protect_metrics=False)
+async def test_metrics_are_open_only_when_the_operator_opens_them() -> None:
+    app, inner = guarded(open_metrics=True)
     assert (await get(app, "/metrics")).status_code == 200
-    app, inner = guarded(protect_metrics=True)
+    app, inner = guarded(open_metrics=False)
     assert (await get(app, "/metrics")).status_code == 401
+    assert inner.calls == 0
     assert (await get(app, "/metrics", "Bearer sk-two")).status_code == 200
     assert inner.calls == 1
 
 
-async def test_cors_preflight_passes_without_a_key() -> None:
+async def test_cors_preflight_passes_without_a_key_and_a_bare_options_does_not() -> None:
     app, inner = guarded()
-    assert (await get(app, "/v1/chat/completions", method="OPTIONS")).status_code == 200
+    preflight = {"Origin": "https://a.example", "Access-Control-Request-Method": "POST"}
+    async with client(app) as c:
+        assert (await c.options("/v1/chat/completions", headers=preflight)).status_code == 200
+        assert inner.calls == 1
+        assert (await c.options("/v1/chat/completions", headers={"Origin": "https://a.example"})).status_code == 401
     assert inner.calls == 1
 
 
@@ -314,7 +350,7 @@ async def test_non_http_scopes_pass_through() -> None:
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         seen.append(scope["type"])
 
-    for middleware in (BodySizeLimitMiddleware(app, limit=1), ApiKeyMiddleware(app, KeyRing({"k"}, None), True)):
+    for middleware in (BodySizeLimitMiddleware(app, limit=1), ApiKeyMiddleware(app, KeyRing({"k"}, None))):
         await middleware({"type": "lifespan"}, None, None)  # type: ignore[arg-type]
     assert seen == ["lifespan", "lifespan"]
 
@@ -324,7 +360,7 @@ async def test_non_http_scopes_pass_through() -> None:
 
 def make_repo(tmp_path: Path) -> Path:
     version = tmp_path / "m" / "1"
-    version.mkdir(parents=True)
+    version.mkdir(parents=True, exist_ok=True)
     (version / "model.json").write_text(json.dumps({"model": str(WEIGHTS), "max_model_len": 64}))
     return tmp_path
 
@@ -359,20 +395,66 @@ async def test_real_app_guards_v1_and_leaves_health_open(tmp_path: Path) -> None
         ],
         api_keys="sk-real, sk-other",
     )
-    assert [r.status_code for r in responses] == [200, 200, 200, 401, 401, 200, 401, 200]
+    assert [r.status_code for r in responses] == [200, 200, 401, 401, 401, 200, 401, 200]
     assert responses[-1].json()["choices"][0]["message"]["content"] == "ok"
     # The request id is still echoed on a refusal.
     assert responses[3].headers["x-request-id"]
 
 
-async def test_real_app_protects_metrics_when_asked(tmp_path: Path) -> None:
-    responses = await app_call(
-        tmp_path,
-        [("GET", "/metrics", {}), ("GET", "/metrics", {"headers": KEY}), ("GET", "/health", {})],
-        api_keys="sk-real",
-        metrics_require_auth=True,
-    )
-    assert [r.status_code for r in responses] == [401, 200, 200]
+async def test_real_app_readiness_names_models_only_to_a_key(tmp_path: Path) -> None:
+    keys = tmp_path / "keys.toml"
+    keys.write_text(f'[[key]]\nname = "none"\nsha256 = "{hash_key("sk-none")}"\nmodels = ["other"]\n')
+    ready = [
+        ("GET", "/health/ready", {}),
+        ("GET", "/health/ready", {"headers": {"Authorization": "Bearer wrong"}}),
+        ("GET", "/health/ready", {"headers": KEY}),
+        ("GET", "/health/ready", {"headers": {"Authorization": "Bearer sk-none"}}),
+        ("GET", "/health/live", {}),
+    ]
+    responses = await app_call(tmp_path, ready, api_keys="sk-real", api_key_policy_file=keys)
+    assert [r.json() for r in responses] == [
+        {"status": "ready"},
+        {"status": "ready"},
+        {"status": "ready", "models": ["m"]},
+        {"status": "ready", "models": []},  # only the models the key may use
+        {"status": "ok"},
+    ]
+    (open_ready,) = await app_call(tmp_path, ready[:1])
+    assert open_ready.json() == {"status": "ready", "models": ["m"]}, "a gateway without keys hides nothing"
+
+
+async def test_real_app_keeps_the_docs_and_unknown_paths_behind_the_key(tmp_path: Path) -> None:
+    paths = ["/docs", "/redoc", "/openapi.json", "/nothing"]
+    requests = [("GET", path, {}) for path in paths] + [("GET", path, {"headers": KEY}) for path in paths]
+    responses = await app_call(tmp_path, requests, api_keys="sk-real")
+    assert [r.status_code for r in responses] == [401] * 4 + [200, 200, 200, 404]
+    assert all(r.json()["error"]["code"] == "invalid_api_key" for r in responses[:4])
+
+
+async def test_real_app_opens_metrics_only_when_asked(tmp_path: Path) -> None:
+    requests: list[tuple[str, str, dict[str, Any]]] = [
+        ("GET", "/metrics", {}),
+        ("GET", "/metrics", {"headers": KEY}),
+        ("GET", "/health", {}),
+    ]
+    assert [r.status_code for r in await app_call(tmp_path, requests, api_keys="sk-real")] == [401, 200, 200]
+    opened = await app_call(tmp_path, requests, api_keys="sk-real", metrics_require_auth=False)
+    assert [r.status_code for r in opened] == [200, 200, 200]
+
+
+async def test_a_metrics_port_serves_metrics_without_a_key_and_the_gateway_port_none(tmp_path: Path) -> None:
+    port = free_port()
+    backend = ScriptedBackend(text_chunks(b"ok"))
+    settings = Settings(model_repository=[make_repo(tmp_path)], api_keys="sk-real", metrics_port=port)
+    app = create_app(settings, backend=backend)
+    async with app.router.lifespan_context(app), client(app) as c, httpx.AsyncClient() as scraper:
+        scraped = await scraper.get(f"http://127.0.0.1:{port}/metrics")
+        assert scraped.status_code == 200 and "# TYPE gateway_requests_total counter" in scraped.text
+        assert (await scraper.get(f"http://127.0.0.1:{port}/v1/models")).status_code == 404
+        assert (await c.get("/metrics")).status_code == 401
+        assert (await c.get("/metrics", headers=KEY)).status_code == 404, "not on the gateway's port at all"
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"http://127.0.0.1:{port}/metrics")
 
 
 async def test_real_app_without_keys_is_open(tmp_path: Path) -> None:
@@ -425,8 +507,6 @@ async def test_a_key_file_without_keys_yet_still_closes_the_gateway(tmp_path: Pa
 
 
 async def test_real_app_limits_a_named_key_and_shows_the_headers(tmp_path: Path) -> None:
-    from gateway.keys.policy import hash_key
-
     keys = tmp_path / "keys.toml"
     keys.write_text(f'[[key]]\nname = "team"\nsha256 = "{hash_key("sk-real")}"\nrpm = 2\nmodels = ["m"]\n')
     responses = await app_call(

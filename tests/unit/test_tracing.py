@@ -224,3 +224,40 @@ def test_the_setting_wins_over_the_standard_variables(monkeypatch: pytest.Monkey
     assert Settings().otlp_traces_endpoint == "http://standard:4318"
     monkeypatch.setenv("GATEWAY_OTLP_TRACES_ENDPOINT", "http://mine:4318")
     assert Settings().otlp_traces_endpoint == "http://mine:4318"
+
+
+def test_an_untrusted_traceparent_starts_a_trace_of_its_own_linked_to_the_clients(memory: Memory) -> None:
+    tracing = Tracing("http://127.0.0.1:9/v1/traces", exporter=memory, trust_context=False)
+    trace = tracing.start(client_headers(0xABC, 0xDEF), "POST", "/v1/chat/completions")
+    trace.end(200)
+    (span,) = memory.spans(tracing)
+    tracing.shutdown()
+    assert span.parent is None and span.context.trace_id != 0xABC
+    assert [(link.context.trace_id, link.context.span_id) for link in span.links] == [(0xABC, 0xDEF)]
+
+
+@pytest.mark.parametrize("trusted", [True, False])
+def test_only_a_trusted_traceparent_decides_sampling(
+    memory: Memory, monkeypatch: pytest.MonkeyPatch, trusted: bool
+) -> None:
+    """Under a parent-based sampler that samples no root, a client's sampled flag records the
+    request only when its context is trusted."""
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "parentbased_traceidratio")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "0")
+    tracing = Tracing("http://127.0.0.1:9/v1/traces", exporter=memory, trust_context=trusted)
+    tracing.start(client_headers(0xABC, 0xDEF), "POST", "/v1/chat/completions").end(200)
+    spans = memory.spans(tracing)
+    tracing.shutdown()
+    assert len(spans) == (1 if trusted else 0)
+
+
+def test_the_span_is_named_by_its_route_unless_planning_named_it(tracing: Tracing, memory: Memory) -> None:
+    tracing.start([], "GET", "/v1/models/secret").end(404, "/v1/models/{model_id:path}")
+    tracing.start([], "GET", "/v1/whatever/123").end(404)
+    planned = tracing.start([], "POST", "/v1/completions")
+    planned.planned("completions", "m", {}, 1, [])
+    planned.end(200, "/v1/completions")
+    spans = memory.spans(tracing)
+    assert [span.name for span in spans] == ["GET /v1/models/{model_id:path}", "GET", "text_completion m"]
+    assert spans[0].attributes["http.route"] == "/v1/models/{model_id:path}"
+    assert "http.route" not in spans[1].attributes

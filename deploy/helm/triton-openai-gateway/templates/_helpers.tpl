@@ -316,3 +316,16 @@ True (non-empty) when the release serves TensorRT-LLM models: a chart-run Triton
 {{- end }}
 {{- if $found }}true{{ end }}
 {{- end }}
+
+{{/*
+GATEWAY_METRICS_PORT, or empty: gateway.metrics.port, else 9464 when auth.enabled and no
+InferencePool (with API keys /metrics on the gateway port needs a key, which a scraper does not
+send; on a port of its own it needs none), else none (/metrics on the gateway port).
+*/}}
+{{- define "triton-openai-gateway.metricsPort" -}}
+{{- $m := .Values.gateway.metrics }}
+{{- if not $m.enabled }}
+{{- else if not (kindIs "invalid" $m.port) }}{{ $m.port }}
+{{- else if and .Values.auth.enabled (not .Values.inferencePool.enabled) }}9464
+{{- end }}
+{{- end }}

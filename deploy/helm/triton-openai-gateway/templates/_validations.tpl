@@ -117,7 +117,8 @@ The InferencePool: its endpoints are gateway pods, and the endpoint picker choos
 queue each reports. That means something only when every pod has its own Triton (sidecar mode);
 with a managed or external Triton all pods front the same Triton replicas and each gateway picks
 the replica itself, so the picker's choice would be noise.
-The picker scrapes /metrics without an API key.
+The picker scrapes /metrics on the gateway port without an API key: with the pool on, the chart
+opens it (GATEWAY_METRICS_REQUIRE_AUTH false) and puts it on no port of its own.
 */}}
 {{- define "triton-openai-gateway.validateInferencePool" -}}
 {{- $p := .Values.inferencePool }}
@@ -130,6 +131,9 @@ The picker scrapes /metrics without an API key.
 {{- end }}
 {{- if not .Values.gateway.metrics.enabled }}
 {{- fail "inferencePool.enabled needs gateway.metrics.enabled: the endpoint picker chooses pods by the vllm:* gauges on the gateway's /metrics" }}
+{{- end }}
+{{- if not (kindIs "invalid" .Values.gateway.metrics.port) }}
+{{- fail "inferencePool.enabled cannot go with gateway.metrics.port: the endpoint picker scrapes /metrics on the gateway port" }}
 {{- end }}
 {{- if .Values.gateway.extraSettings.metrics_require_auth }}
 {{- fail "inferencePool.enabled cannot go with gateway.extraSettings.metrics_require_auth: the endpoint picker scrapes /metrics without an API key" }}
