@@ -43,6 +43,10 @@ def message_content(message: ChatMessage, index: int, model: ServedModel | None)
         elif part.type == IMAGE_PART and model is not None and model.vision:
             images += 1
             parts.append({"type": "image"})
+        elif part.type == "text":  # parsed as another part: its text is not a string
+            raise InvalidRequestError(
+                "a content part of type 'text' needs a 'text' string", param=f"messages.{index}.content.{position}.text"
+            )
         else:
             raise InvalidRequestError(
                 f"content parts of type '{part.type}' are not supported by this model",

@@ -88,7 +88,10 @@ def _normalize_item(item: dict[str, Any], where: str) -> dict[str, Any]:
             "status": "completed",
         }
     if kind == "item_reference":
-        return {"type": "item_reference", "id": _string(item, "id", where)}
+        reference = _string(item, "id", where)
+        if not reference:  # names nothing; and an empty id is what gets an id of ours
+            raise InvalidRequestError("an item_reference item needs a non-empty 'id'", param=f"{where}.id")
+        return {"type": "item_reference", "id": reference}
     if kind == "reasoning":
         reasoning = {
             "id": _optional_id(item, where),
