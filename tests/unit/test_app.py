@@ -595,6 +595,12 @@ async def test_tokenize_without_a_model_names_only_the_keys_models(tmp_path: Pat
     assert response.status_code == 400 and "m, secret" in response.json()["error"]["message"]
 
 
+async def test_input_tokens_without_a_model_takes_the_keys_one_model_and_names_no_other(tmp_path: Path) -> None:
+    (counted,) = await keyed_calls(tmp_path, [("POST", "/v1/responses/input_tokens", {"json": {"input": "hi"}})])
+    assert counted.status_code == 200, counted.text
+    assert counted.json()["input_tokens"] > 0 and b"secret" not in counted.content
+
+
 # -- traces begin after the key check --------------------------------------------------------------
 
 
