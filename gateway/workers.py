@@ -51,6 +51,7 @@ from types import FrameType
 from gateway.config import Settings
 from gateway.core.admission import worker_share
 from gateway.reasoning.seal import random_secret
+from gateway.sockets import bind_shared
 
 logger = logging.getLogger("gateway.workers")
 
@@ -95,20 +96,9 @@ def worker_settings(settings: Settings, index: int) -> Settings:
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
-    """A listening socket on ``host:port`` that other sockets may share (``SO_REUSEPORT``)."""
-    family, kind, proto, _, address = socket.getaddrinfo(
-        host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-    )[0]
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.bind(address)
-        sock.listen(BACKLOG)
-        sock.set_inheritable(True)
-    except OSError:
-        sock.close()
-        raise
+    """The API port's listening socket, shared by every worker (``SO_REUSEPORT``) and inherited."""
+    sock = bind_shared(host, port, BACKLOG)
+    sock.set_inheritable(True)
     return sock
 
 

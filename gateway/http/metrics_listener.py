@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
 from collections.abc import Iterator
 
 import uvicorn
@@ -23,6 +22,7 @@ from starlette.routing import Route
 
 from gateway.http.routes.metrics import metrics_page
 from gateway.metrics import Metrics
+from gateway.sockets import bind_shared
 
 logger = logging.getLogger(__name__)
 
@@ -32,23 +32,6 @@ class _Server(uvicorn.Server):
     def capture_signals(self) -> Iterator[None]:
         """The main server's signals are its own: this one stops when the lifespan says so."""
         yield
-
-
-def bind(host: str, port: int) -> socket.socket:
-    """A listening socket on ``host:port`` that the other workers' sockets may share."""
-    family, kind, proto, _, address = socket.getaddrinfo(
-        host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-    )[0]
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.bind(address)
-        sock.listen(128)
-    except OSError:
-        sock.close()
-        raise
-    return sock
 
 
 class MetricsListener:
@@ -67,7 +50,7 @@ class MetricsListener:
         """The port bound (``metrics_port`` 0: the one the kernel picked)."""
 
     async def start(self) -> None:
-        sock = bind(self._host, self._port)
+        sock = bind_shared(self._host, self._port, 128)
         self.port = sock.getsockname()[1]
         self._server = _Server(self._config)
         self._task = asyncio.create_task(self._server.serve(sockets=[sock]))

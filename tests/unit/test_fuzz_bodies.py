@@ -9,19 +9,17 @@ stream that ends as its API ends one. The strategies are shared with the Triton 
 from __future__ import annotations
 
 import base64
-import io
 import json
 import struct
-import zlib
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from PIL import Image
 
 from tests.unit.test_fuzz import EMBED, MODEL, Gateways, assert_answer, fuzz_settings, json_values, start_gateways
+from tests.unit.test_images import declared_png, encoded
 
 
 @pytest.fixture(scope="module")
@@ -36,22 +34,6 @@ def mostly(valid: st.SearchStrategy[Any], broken: st.SearchStrategy[Any], odds: 
 
 
 # -- images ----------------------------------------------------------------------------------------
-
-
-def encoded(width: int, height: int, kind: str) -> bytes:
-    out = io.BytesIO()
-    Image.new("RGB", (width, height), (10, 20, 30)).save(out, format=kind)
-    return out.getvalue()
-
-
-def declared_png(width: int, height: int) -> bytes:
-    """A well-formed PNG header that claims ``width`` x ``height`` with one byte of pixels behind it."""
-
-    def chunk(tag: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
-
-    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0")) + chunk(b"IEND", b"")
 
 
 def declared_jpeg(width: int, height: int) -> bytes:
