@@ -24,11 +24,11 @@ from gateway.backend.transport.tls import TritonTLS
 from gateway.backend.triton import TritonBackend
 from gateway.backend.types import Backend
 from gateway.config import Settings
-from gateway.core.admission import Admission
+from gateway.core.admission import Admission, SchedulingRules
 from gateway.core.service import CompletionService
 from gateway.errors import GatewayError
 from gateway.http.answer import REPLICA_HEADER, ROUTE_HEADER
-from gateway.http.deps import Components
+from gateway.http.deps import PRIORITY_HEADER, Components
 from gateway.http.direct import DIRECT_ROUTES, DirectRoutes
 from gateway.http.errors import install_error_handlers
 from gateway.http.head import HeadAsGetMiddleware
@@ -162,7 +162,13 @@ def build_parts(settings: Settings, backend: Backend | None) -> AppParts:
         tokenizer_threads=settings.tokenizer_threads,
         token_count_cache_bytes=int(settings.token_count_cache_mb * 2**20),
     )
-    admission = Admission(lambda model: settings.limits_for(model)[:2], settings.queue_timeout)
+    rules = SchedulingRules(
+        policy=settings.scheduling,
+        headroom=settings.scheduling_headroom,
+        shed_priority=settings.shed_priority,
+        band_queue_sizes=settings.band_queue_sizes,
+    )
+    admission = Admission(lambda model: settings.limits_for(model)[:2], settings.queue_timeout, rules)
     the_metrics = Metrics(admission, catalog.adapter_count, shared=settings.workers > 1)
     if pool is not None:
         pool.observer = the_metrics
@@ -278,7 +284,7 @@ def add_middleware(app: FastAPI, parts: AppParts) -> None:
             allow_origins=settings.cors_origins,
             allow_methods=["GET", "HEAD", "POST", "DELETE", "OPTIONS"],
             allow_headers=["*"],
-            expose_headers=["x-request-id", REPLICA_HEADER, ROUTE_HEADER],
+            expose_headers=["x-request-id", REPLICA_HEADER, ROUTE_HEADER, PRIORITY_HEADER],
             max_age=600,
         )
     app.add_middleware(HeadAsGetMiddleware)

@@ -340,6 +340,29 @@ class Settings(BaseSettings):
     queue_timeout: float = Field(default=30.0, gt=0.0)
     """Seconds a request may wait for a slot before it gets 429 with Retry-After."""
 
+    scheduling: Literal["fair", "fifo"] = "fair"
+    """Who goes next when a model's slots are full, inside a priority band (bands always go most
+    urgent first: the request's ``priority``, lower first). ``fair``: weighted fair share of
+    tokens between API keys (the key file's ``weight``; requests without a named key share one
+    share); ``fifo``: arrival order. docs/OPERATIONS.md says what each band does under load."""
+
+    scheduling_headroom: float = Field(default=0.1, ge=0.0, le=1.0)
+    """Per model, slots above ``max_concurrent_requests`` (this fraction of it, rounded up) that
+    only a request of a key holding less than its weighted share of the slots, or of a band more
+    urgent than one running, may take: such requests are admitted at once under another key's
+    flood instead of waiting for its streams to end. One key alone never exceeds the limit.
+    ``fair`` scheduling only; 0: none."""
+
+    shed_priority: int = 1
+    """Requests of this priority or a larger one (less urgent; ``sheddable`` is 1) are refused
+    at once with 429 and ``Retry-After`` when every slot of the model is busy, never queued. A
+    number above every priority in use (2147483647) sheds nothing."""
+
+    band_queue_sizes: dict[int, int] = Field(default_factory=dict)
+    """A cap on the waiting requests of each listed priority, per model, e.g. ``{"0": 256}``
+    (``max_queue_size`` still caps them all). A full queue gives the place of the newest waiter
+    of the key holding the most waiters (per weight) to a request of a key holding fewer."""
+
     model_limits: dict[str, ModelLimits] = Field(default_factory=dict)
     """Per-model overrides, a JSON object keyed by Triton model name, e.g.
     ``{"llama": {"max_concurrent_requests": 64, "max_queue_size": 256, "max_tokens_limit": 4096}}``;
@@ -595,6 +618,14 @@ class Settings(BaseSettings):
     def _body_limit_size(cls, value: int) -> int:
         if 0 < value < 1024:
             raise ValueError("max_body_bytes must be 0 (follow image_max_bytes) or at least 1024")
+        return value
+
+    @field_validator("band_queue_sizes")
+    @classmethod
+    def _band_sizes_whole(cls, value: dict[int, int]) -> dict[int, int]:
+        for band, size in value.items():
+            if size < 0:
+                raise ValueError(f"band_queue_sizes: the size for priority {band} must be >= 0, got {size}")
         return value
 
     @model_validator(mode="after")

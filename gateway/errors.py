@@ -11,6 +11,7 @@
     │   ├── PayloadTooLargeError        413
     │   └── TemplateError               400 (models/templates.py: the chat template refused)
     ├── RateLimitError                  429 (Retry-After)
+    │   └── QueueRefusedError           429 (the scheduler: shed, queue full, deadline unmeetable)
     ├── BackendUnavailableError         503 code=backend_unavailable (Retry-After)
     │   ├── BackendUnreachableError     503 (the server, not one model: the replica pool ejects it)
     │   └── ShuttingDownError           503 code=shutting_down
@@ -26,6 +27,7 @@ either way. Anthropic's Messages API (``/v1/messages``) gets the same errors in 
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
 
 
@@ -99,6 +101,15 @@ class RateLimitError(GatewayError):
     status_code = 429
     error_type = "rate_limit_error"
     default_code = "rate_limit_exceeded"
+
+
+class QueueRefusedError(RateLimitError):
+    """The scheduler refused the request before it reached Triton; ``reason`` (``sheddable``,
+    ``queue_full``, ``displaced``, ``deadline``, ``timeout``) labels the shed-requests counter."""
+
+    def __init__(self, message: str, *, reason: str, code: str, retry_after: float = 1.0) -> None:
+        super().__init__(message, code=code, headers={"Retry-After": str(max(1, math.ceil(retry_after)))})
+        self.reason = reason
 
 
 class BackendUnavailableError(GatewayError):

@@ -58,6 +58,8 @@ def log_request(record: RequestRecord, finished_at: float) -> None:
         "completion_tokens": record.completion_tokens,
         "duration_ms": round((finished_at - record.started) * 1000, 2),
         "ttft_ms": None if record.first_token is None else round((record.first_token - record.started) * 1000, 2),
+        "priority": record.priority,
+        "queue_ms": None if record.queue_wait is None else round(record.queue_wait * 1000, 2),
         "cancel_reason": record.cancel_reason,
         "error_type": record.error_type,
         "replica": record.placement.replica if record.placement is not None else None,

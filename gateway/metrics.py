@@ -130,6 +130,10 @@ class RequestRecord:
     """Where the backend ran it (the replica pool fills it in)."""
     key: str | None = None
     """The name of the API key it came with (None: no key, or one without a name)."""
+    priority: int = 0
+    """The band it ran in (``core.schedule``)."""
+    queue_wait: float | None = None
+    """Seconds it waited for a slot (None: it never got one)."""
 
 
 _LIVE = (
@@ -259,7 +263,8 @@ class Metrics:
         self._add_total_series(r)
         self._add_replica_series(r)
         self._add_key_series(r)
-        self._children: dict[tuple[Counter | Gauge, tuple[str, ...]], Any] = {}
+        self._add_schedule_series(r)
+        self._children: dict[tuple[Counter | Gauge | Histogram, tuple[str, ...]], Any] = {}
         """The replica series every request moves (``_child``), by metric and label values, as
         ``_finished`` below: ``labels()`` costs ~2 µs, and three of these are on the path to
         Triton. No series is ever removed, so a child found here is the registry's."""
@@ -400,7 +405,33 @@ class Metrics:
             registry=r,
         )
 
-    def _child(self, metric: Counter | Gauge, *labels: str) -> Any:
+    def _add_schedule_series(self, r: CollectorRegistry) -> None:
+        """The scheduler (``core.admission``): how long each key and band waited, and who was refused."""
+        self.queue_wait = Histogram(
+            "gateway_queue_wait_seconds",
+            "Seconds from admission's first look to a slot, by model, API key name and priority band "
+            "(0 when a slot was free)",
+            ["model", "key", "band"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.requests_shed = Counter(
+            "gateway_requests_shed",
+            "Requests the scheduler refused with 429 before Triton, by band and reason "
+            "(sheddable, queue_full, displaced, deadline, timeout)",
+            ["model", "band", "reason"],
+            registry=r,
+        )
+
+    def queued(self, model: str, key: str | None, band: int, seconds: float) -> None:
+        """A request got its slot after ``seconds`` in the queue."""
+        self._child(self.queue_wait, model, key or "", str(band)).observe(seconds)
+
+    def shed(self, model: str, band: int, reason: str) -> None:
+        """A request refused by the scheduler."""
+        self.requests_shed.labels(model, str(band), reason).inc()
+
+    def _child(self, metric: Counter | Gauge | Histogram, *labels: str) -> Any:
         key = (metric, labels)
         child = self._children.get(key)
         if child is None:

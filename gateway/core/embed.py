@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from gateway.backend.types import Backend, Embedding, EmbeddingRequest
 from gateway.core.admission import Ticket
 from gateway.core.outcome import CLIENT_GONE
+from gateway.core.schedule import Claim
 from gateway.core.service import CompletionService
-from gateway.errors import GatewayError, ShuttingDownError
+from gateway.errors import GatewayError, QueueRefusedError, ShuttingDownError
 from gateway.keys.context import current_key
 from gateway.logs import log_request
 from gateway.metrics import RequestRecord
@@ -41,6 +42,8 @@ class EmbeddingPlan:
     """The gateway's own count per input, where it made one (token ids, truncation): usage when
     the backend reports none."""
     deadline: float | None = None
+    claim: Claim = Claim()
+    """Its band and flow for the scheduler (``plan/priority.py``)."""
 
     @property
     def model(self) -> str:
@@ -82,11 +85,15 @@ async def run_embeddings(service: CompletionService, plan: EmbeddingPlan) -> Emb
 async def _admit(service: CompletionService, plan: EmbeddingPlan) -> Ticket:
     if service.draining:
         raise ShuttingDownError("The gateway is shutting down; retry on another replica.", headers={"Retry-After": "1"})
-    ticket = service.admission.try_acquire(plan.model, None)
+    ticket = service.admission.try_acquire(plan.model, None, plan.claim)
     if ticket is not None:
         return ticket
     remaining = None if plan.deadline is None else plan.deadline - time.monotonic()
-    return await service.admission.acquire(plan.model, None, remaining)
+    try:
+        return await service.admission.acquire(plan.model, None, remaining, plan.claim)
+    except QueueRefusedError as exc:
+        service.metrics.shed(plan.model, plan.claim.band, exc.reason)
+        raise
 
 
 async def _embed_all(backend: Backend, requests: Sequence[EmbeddingRequest]) -> list[Embedding]:

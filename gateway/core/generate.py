@@ -194,8 +194,9 @@ class Generation:
         try:
             await (self._source or self._batches).aclose()  # type: ignore[union-attr]
         finally:
-            self._ticket.release()
             run = self.assembler
+            usage = run.usage
+            self._ticket.release((usage.prompt_tokens, usage.completion_tokens))
             if run.done:
                 several = self._source is None  # n > 1 or several prompts: read through ``merge``
                 self._outcome.succeed(

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.backend.types import GenerationRequest
+from gateway.core.schedule import Claim
 from gateway.tools.params import ToolParams
 
 FORCED_NAMED = "forced_named"
@@ -110,6 +111,8 @@ class GenerationPlan:
     detokenize: Detokenizing | None = None
     """How token ids from the backend become text (a model that answers tokens); None: it
     answers text."""
+    claim: Claim = Claim()
+    """Its band, flow and expected size, for the scheduler (``plan/priority.py``)."""
     count_completion: Callable[[str], int] | None = None
     """Counts a choice's generated tokens from its text where the backend's answers carry no
     token counts (TensorRT-LLM layouts that report none); None: only the backend's counts."""

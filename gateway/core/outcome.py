@@ -66,6 +66,7 @@ class RequestOutcome:
             adapter=plan.adapter,
             stream=plan.stream,
             placement=plan.requests[0].placement if plan.requests else None,
+            priority=plan.claim.band,
         )
         self._key = current_key.get()
         """The request's API key: its name labels the metrics, and its tokens are charged to it."""
@@ -90,6 +91,8 @@ class RequestOutcome:
             first = plan.requests[0]
             prompts = [request.prompt for request in plan.requests[:: plan.n]] if trace.content else ()
             trace.planned(plan.endpoint, plan.model_id, first.sampling, plan.n, prompts)
+            trace.span.set_attribute("gateway.priority", plan.claim.band)
+            trace.span.set_attribute("gateway.flow", plan.claim.flow)
 
     def responded(self, run: UsageSource | None = None) -> None:
         """A batch of backend responses arrived: the first token's time, then each gap (streams).

@@ -15,7 +15,7 @@ from gateway.core.admission import Admission, Ticket
 from gateway.core.generate import Generation
 from gateway.core.generation_plan import GenerationPlan
 from gateway.core.outcome import RequestOutcome
-from gateway.errors import GatewayError, ShuttingDownError
+from gateway.errors import GatewayError, QueueRefusedError, ShuttingDownError
 from gateway.metrics import Metrics
 from gateway.tracing import QUEUE
 
@@ -37,7 +37,10 @@ class CompletionService:
     def try_admit(self, plan: GenerationPlan, outcome: RequestOutcome) -> Ticket | None:
         """A slot at once when one is free (no task, no wait), else None: then ``admit``."""
         self._refuse_if_draining(outcome)
-        return self.admission.try_acquire(plan.model, plan.adapter)
+        ticket = self.admission.try_acquire(plan.model, plan.adapter, plan.claim)
+        if ticket is not None:
+            self._queued(plan, outcome, 0.0)
+        return ticket
 
     async def admit(self, plan: GenerationPlan, outcome: RequestOutcome) -> Ticket:
         """Wait for a slot on the model (429 when the queue is full or the wait times out, 504
@@ -46,13 +49,22 @@ class CompletionService:
         remaining = None if plan.deadline is None else plan.deadline - time.monotonic()
         started = time.perf_counter()
         try:
-            return await self.admission.acquire(plan.model, plan.adapter, remaining)
+            ticket = await self.admission.acquire(plan.model, plan.adapter, remaining, plan.claim)
         except (asyncio.CancelledError, GatewayError) as exc:
+            if isinstance(exc, QueueRefusedError):
+                self.metrics.shed(plan.model, plan.claim.band, exc.reason)
             outcome.fail(exc)
             raise
         finally:
             if outcome.trace is not None:
                 outcome.trace.phase(QUEUE, started)
+        self._queued(plan, outcome, time.perf_counter() - started)
+        return ticket
+
+    def _queued(self, plan: GenerationPlan, outcome: RequestOutcome, seconds: float) -> None:
+        record = outcome.record
+        record.queue_wait = seconds
+        self.metrics.queued(plan.model, record.key, plan.claim.band, seconds)
 
     def generate(self, plan: GenerationPlan, ticket: Ticket, outcome: RequestOutcome) -> Generation:
         """Start the backend's work for an admitted request; the ``Generation`` owns the ticket."""

@@ -26,6 +26,7 @@ from gateway.core.outcome import RequestOutcome
 from gateway.core.service import CompletionService
 from gateway.errors import GatewayError
 from gateway.http.completion_answer import CompletionAnswer
+from gateway.http.deps import PRIORITY_HEADER
 from gateway.http.disconnect import ClientWatch
 from gateway.http.errors import ClientDisconnected
 from gateway.http.json_response import JSONBytesResponse
@@ -80,7 +81,7 @@ async def respond(
             response: Response = _stream_response(frames, settings, watch, plan)
         else:
             watch = watch or ClientWatch(request.receive)
-            response = JSONBytesResponse(await answer.complete(generation), headers=placement_headers(plan))
+            response = JSONBytesResponse(await answer.complete(generation), headers=plan_headers(plan))
             watch.stop()
         watch = None  # the SSE response's now, or stopped
         return response
@@ -95,7 +96,7 @@ def _stream_response(frames: StreamFrames, settings: Settings, watch: ClientWatc
         ping_interval=settings.sse_ping_interval,
         coalesce_interval=settings.stream_coalesce_interval,
         watch=watch,
-        headers=placement_headers(plan),
+        headers=plan_headers(plan),
     )
 
 
@@ -126,20 +127,22 @@ async def _unwind(
         ticket.release()
     if gone:
         raise ClientDisconnected() from None
-    placed = placement_headers(plan)
-    if placed and isinstance(exc, GatewayError):  # a 503 after a retry: say which replica failed last
-        exc.headers = {**exc.headers, **placed}
+    if isinstance(exc, GatewayError):  # the band it was refused in; after a retry, the replica that failed last
+        exc.headers = {**exc.headers, **plan_headers(plan)}
 
 
 REPLICA_HEADER = "x-gateway-replica"
 ROUTE_HEADER = "x-gateway-route"
 
 
-def placement_headers(plan: GenerationPlan) -> dict[str, str] | None:
-    """Which Triton replica served the request and why (its first choice's, when ``n`` > 1 or
-    several prompts spread them): for operators tracing a slow answer, and for clients checking
-    that their session key holds."""
+def plan_headers(plan: GenerationPlan) -> dict[str, str]:
+    """The band the request ran in (``PRIORITY_HEADER``: the key's policy may have lowered what
+    it asked for), and which Triton replica served it and why (its first choice's, when ``n`` > 1
+    or several prompts spread them): for operators tracing a slow answer, and for clients
+    checking that their session key holds."""
+    headers = {PRIORITY_HEADER: str(plan.claim.band)}
     placement = plan.requests[0].placement if plan.requests else None
-    if placement is None or placement.replica is None:
-        return None
-    return {REPLICA_HEADER: placement.replica, ROUTE_HEADER: placement.route or ""}
+    if placement is not None and placement.replica is not None:
+        headers[REPLICA_HEADER] = placement.replica
+        headers[ROUTE_HEADER] = placement.route or ""
+    return headers

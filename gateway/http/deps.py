@@ -26,6 +26,7 @@ from gateway.images.fetch import ImageFetcher
 from gateway.metrics import Metrics
 from gateway.models.catalog import ModelCatalog
 from gateway.plan.prepare import RequestContext
+from gateway.priorities import parse_band
 from gateway.reasoning.seal import ReasoningSeal
 from gateway.store.base import ResponseStore
 
@@ -83,6 +84,11 @@ BackendDep = Annotated[Backend, Depends(get_backend)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 
 
+PRIORITY_HEADER = "x-gateway-priority"
+"""The band a request asks for (a number, lower first, or ``critical``/``standard``/``sheddable``),
+for clients that cannot add the body's ``priority``; the response's header of the same name says
+the band that ran."""
+
 SESSION_HEADER = "x-session-id"
 """Ties a request to a conversation: every request with one id goes to one Triton replica."""
 
@@ -92,7 +98,7 @@ def request_context(request: Request, settings: Settings) -> RequestContext:
     raised) by an ``X-Request-Timeout: <seconds>`` header. A plain call rather than a dependency,
     to keep the completion routes at one dependency."""
     timeout = settings.request_timeout
-    header, session = _context_headers(request)
+    header, session, priority = _context_headers(request)
     if header is not None:
         try:
             asked = float(header)
@@ -102,23 +108,34 @@ def request_context(request: Request, settings: Settings) -> RequestContext:
             raise InvalidRequestError(f"{TIMEOUT_HEADER} must be a positive number of seconds, got {header!r}")
         timeout = asked if timeout is None else min(timeout, asked)
     deadline = None if timeout is None else time.monotonic() + timeout
-    return RequestContext(request_id_of(request.scope), deadline, session or None)
+    band: int | None = None
+    if priority is not None:
+        try:
+            band = parse_band(priority)
+        except ValueError as exc:
+            raise InvalidRequestError(f"{PRIORITY_HEADER}: {exc}", param=PRIORITY_HEADER) from None
+    return RequestContext(request_id_of(request.scope), deadline, session or None, priority=band)
 
 
 _TIMEOUT_NAME = TIMEOUT_HEADER.encode("latin-1")
 _SESSION_NAME = SESSION_HEADER.encode("latin-1")
+_PRIORITY_NAME = PRIORITY_HEADER.encode("latin-1")
 
 
-def _context_headers(request: Request) -> tuple[str | None, str | None]:
-    """The first ``X-Request-Timeout`` and ``X-Session-Id``, as ``request.headers.get`` reads
-    them, in one pass over the headers (a ``get`` of an absent header raises and catches a
-    ``KeyError``, and most requests carry neither)."""
+def _context_headers(request: Request) -> tuple[str | None, str | None, str | None]:
+    """The first ``X-Request-Timeout``, ``X-Session-Id`` and ``X-Gateway-Priority``, as
+    ``request.headers.get`` reads them, in one pass over the headers (a ``get`` of an absent
+    header raises and catches a ``KeyError``, and most requests carry none)."""
     timeout: str | None = None
     session: str | None = None
+    priority: str | None = None
     for name, value in request.scope["headers"]:
         if name == _TIMEOUT_NAME:
             if timeout is None:
                 timeout = value.decode("latin-1")
-        elif name == _SESSION_NAME and session is None:
-            session = value.decode("latin-1")
-    return timeout, session
+        elif name == _SESSION_NAME:
+            if session is None:
+                session = value.decode("latin-1")
+        elif name == _PRIORITY_NAME and priority is None:
+            priority = value.decode("latin-1")
+    return timeout, session, priority

@@ -9,6 +9,9 @@ TOML, edited by hand::
     rpm = 60                        # requests per minute (omitted or 0: no limit)
     tpm = 20000                     # prompt + completion tokens per minute
     max_concurrent = 4              # requests in flight at once
+    weight = 2                      # share of a busy model against other keys (default 1)
+    priority = "standard"           # the default band: a number (vLLM's, lower first) or a name
+    top_priority = "critical"       # the most urgent band it may ask for (default: its priority)
 
 ``python -m gateway.keys.hash`` prints the sha256 of a key read from stdin.
 """
@@ -22,8 +25,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from gateway.priorities import STANDARD, parse_band
+
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
-_FIELDS = {"name", "sha256", "models", "rpm", "tpm", "max_concurrent"}
+_FIELDS = {"name", "sha256", "models", "rpm", "tpm", "max_concurrent", "weight", "priority", "top_priority"}
 
 
 def hash_key(key: bytes | str) -> str:
@@ -42,6 +47,22 @@ class KeyPolicy:
     rpm: int = 0
     tpm: int = 0
     max_concurrent: int = 0
+    weight: float = 1.0
+    """Its share of a busy model's tokens against the other keys waiting (``core.schedule``)."""
+    priority: int = STANDARD
+    """The band its requests run in when they ask for none."""
+    top_priority: int | None = None
+    """The most urgent band (the lowest number) it may ask for; asking more urgent runs at this.
+    None: its own ``priority`` (a key cannot raise its band unless the file says so). A flat key
+    (no name) is not held to it: it may ask any band, as a request to a gateway without keys
+    may (``plan/priority.py``)."""
+
+    def band(self, asked: int | None) -> int:
+        """The band a request of this key runs in, having asked for ``asked`` (None: nothing)."""
+        if asked is None:
+            return self.priority
+        top = self.priority if self.top_priority is None else self.top_priority
+        return max(asked, top)
 
     @property
     def limited(self) -> bool:
@@ -65,6 +86,15 @@ def _count(entry: Mapping[str, object], field: str, where: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise KeyFileError(f"{where}: {field} must be a whole number >= 0, got {value!r}")
     return value
+
+
+def _band(entry: Mapping[str, object], field: str, where: str, default: int) -> int:
+    if field not in entry:
+        return default
+    try:
+        return parse_band(entry[field])
+    except ValueError as exc:
+        raise KeyFileError(f"{where}: {field}: {exc}") from None
 
 
 def parse_key_file(text: str) -> dict[str, KeyPolicy]:
@@ -97,8 +127,20 @@ def parse_key_file(text: str) -> dict[str, KeyPolicy]:
         models = entry.get("models")
         if models is not None and (not isinstance(models, list) or not all(isinstance(m, str) for m in models)):
             raise KeyFileError(f"{where}: models must be a list of model ids")
+        weight = entry.get("weight", 1)
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight <= 1_000_000:
+            raise KeyFileError(f"{where}: weight must be a number > 0 (and at most 1000000), got {weight!r}")
+        priority = _band(entry, "priority", where, STANDARD)
+        top = _band(entry, "top_priority", where, priority) if "top_priority" in entry else None
+        if top is not None and top > priority:
+            raise KeyFileError(
+                f"{where}: top_priority {top} is less urgent than its own priority {priority} (lower runs first)"
+            )
         policy = KeyPolicy(
             name=name,
+            weight=float(weight),
+            priority=priority,
+            top_priority=top,
             models=None if models is None else frozenset(models),
             rpm=_count(entry, "rpm", where),
             tpm=_count(entry, "tpm", where),

@@ -28,6 +28,7 @@ from gateway.models.catalog import ModelCatalog, ServedModel
 from gateway.models.resolve import resolve_model
 from gateway.models.tokens import TokenCounter
 from gateway.plan.nullable import NullMeansDefault
+from gateway.plan.priority import estimate_tokens, plan_claim
 from gateway.plan.requests import INT32_MAX
 
 
@@ -209,8 +210,11 @@ async def prepare_embeddings(
     deadline: float | None,
     catalog: ModelCatalog,
     settings: Settings,
+    *,
+    priority: int | None = None,
 ) -> EmbeddingPlan:
-    """Check the body alone, resolve the model, check it against the model, truncate, plan."""
+    """Check the body alone, resolve the model, check it against the model, truncate, plan.
+    ``priority``: the ``x-gateway-priority`` header's band (the scheduler's, as for generation)."""
     inputs = embedding_inputs(body)
     if len(inputs) > settings.max_embedding_inputs:
         raise InvalidRequestError(
@@ -244,4 +248,13 @@ async def prepare_embeddings(
         encoding_format=body.encoding_format,
         token_counts=tuple(counts),
         deadline=deadline,
+        claim=plan_claim(
+            None,
+            priority,
+            sum(
+                count if count is not None else estimate_tokens(str(item))
+                for count, item in zip(counts, inputs, strict=True)
+            ),
+            0,
+        ),
     )

@@ -16,10 +16,11 @@ Why each refusal (docs/API.md has the table):
   prompt logprobs, no chosen tokens' logprobs and no token ids beside the text.
 - ``add_special_tokens``: the backend tokenizes the prompt itself; the gateway cannot ask it to
   add or leave out special tokens.
-- ``priority``, ``cache_salt``, ``kv_transfer_params``, ``ec_transfer_params``,
+- ``cache_salt``, ``kv_transfer_params``, ``ec_transfer_params``,
   ``repetition_detection``, ``thinking_token_budget``, ``watermarking``, ``stream_interval``:
   engine or scheduler options that ``sampling_parameters`` cannot carry (or carries in a shape the
-  backend does not build), so asking for them would change nothing.
+  backend does not build), so asking for them would change nothing. (``priority`` is honoured:
+  the gateway's own scheduler orders by it, ``plan/priority.py``.)
 - ``prompt_embeds``: the contract takes text prompts.
 """
 
@@ -59,7 +60,6 @@ _REFUSED: tuple[tuple[str, _Check, str], ...] = (
         lambda b: b.add_special_tokens is not None,
         "the backend tokenizes the prompt itself; whether it adds special tokens cannot be chosen per request",
     ),
-    ("priority", lambda b: b.priority != 0, "request priorities are not supported by the backend"),
     ("cache_salt", lambda b: b.cache_salt is not None, "prefix-cache salting is not supported by the backend"),
     ("kv_transfer_params", lambda b: bool(b.kv_transfer_params), "disaggregated serving is not supported"),
     ("ec_transfer_params", lambda b: bool(b.ec_transfer_params), "disaggregated serving is not supported"),

@@ -38,6 +38,7 @@ from gateway.plan.completions import check_completion_options, completion_prompt
 from gateway.plan.extras import check_extras
 from gateway.plan.images import image_parts, load_images
 from gateway.plan.limits import check_chat_limits, check_sampling_limits
+from gateway.plan.priority import estimate_tokens, plan_claim
 from gateway.plan.reasoning import needs_special_tokens, plan_reasoning
 from gateway.plan.requests import ChatCompletionRequest, CompletionRequest, OtherContentPart, SamplingFields
 from gateway.plan.sampling import stop_list, structured_outputs, to_generation_requests, tokens_for
@@ -60,6 +61,9 @@ class RequestContext:
     max_tokens_up_to_context: bool = False
     """A ``max_tokens`` over the room the prompt leaves is lowered to it, not refused (the
     Messages API: ``budget.resolve_max_tokens``)."""
+    priority: int | None = None
+    """The ``x-gateway-priority`` header's band, for clients that cannot add a body field; the
+    body's ``priority`` wins (``plan/priority.py``)."""
 
 
 class SessionFields(Protocol):
@@ -98,6 +102,9 @@ def _plan(
 ) -> GenerationPlan:
     options = body.stream_options
     chat = isinstance(body, ChatCompletionRequest)
+    claim = plan_claim(
+        body.priority, context.priority, _prompt_cost(requests, prompt_tokens, body.n), sum(max_tokens) * body.n
+    )
     return GenerationPlan(
         requests=tuple(requests),
         request_id=context.request_id,
@@ -123,7 +130,20 @@ def _plan(
         served_model=resolved.model.name,
         detokenize=detokenizing(resolved.model, requests[0]),
         count_completion=completion_counting(resolved.model),
+        claim=claim,
     )
+
+
+def _prompt_cost(requests: list[GenerationRequest], counts: tuple[int | None, ...], n: int) -> int:
+    """The prompt tokens of every choice: counted where planning counted them, else the token
+    ids sent, else an estimate from the text (the scheduler settles the cost when it ends)."""
+    total = 0
+    for index, request in enumerate(requests):
+        count = counts[index // n] if index // n < len(counts) else None
+        if count is None:
+            count = len(request.tokens.ids) if request.tokens is not None else estimate_tokens(request.prompt)
+        total += count
+    return total
 
 
 def detokenizing(model: ServedModel, request: GenerationRequest) -> Detokenizing | None:

@@ -118,6 +118,9 @@ class SamplingExtras(NullMeansDefault):
     allowed_token_ids: list[int] | None = None
     """The only tokens the backend may sample (vLLM's ``SamplingParams.allowed_token_ids``)."""
     spaces_between_special_tokens: bool | None = None
+    priority: int | None = Field(default=None, ge=-(2**31), le=INT32_MAX)
+    """vLLM's request priority, lower first: the band the gateway's scheduler runs it in (the
+    key's policy may lower it; ``plan/priority.py``)."""
 
     @field_validator("stop")
     @classmethod
@@ -157,7 +160,6 @@ class SamplingFields(SamplingExtras):
     add_special_tokens: bool | None = None
     return_tokens_as_token_ids: bool | None = None
     return_token_ids: bool | None = None
-    priority: int = 0
     cache_salt: str | None = None
     kv_transfer_params: dict[str, Any] | None = None
     ec_transfer_params: dict[str, Any] | None = None

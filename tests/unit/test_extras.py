@@ -45,7 +45,6 @@ REFUSED = [
     ("logprob_token_ids", [1]),
     ("return_token_ids", True),
     ("add_special_tokens", False),
-    ("priority", 1),
     ("cache_salt", "salt"),
     ("kv_transfer_params", {"do_remote_prefill": True}),
     ("ec_transfer_params", {"x": 1}),

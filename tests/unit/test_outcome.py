@@ -138,6 +138,8 @@ def test_request_log_line_is_written_once_with_the_outcome(caplog: pytest.LogCap
         "key",
         "model",
         "adapter",
+        "priority",
+        "queue_ms",
         "stream",
         "status",
         "prompt_tokens",

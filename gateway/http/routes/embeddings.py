@@ -24,7 +24,9 @@ router = APIRouter()
 async def create_embeddings(body: EmbeddingCreateRequest, request: Request, components: ComponentsDep) -> Response:
     log_unknown_fields(body)
     context = request_context(request, components.settings)
-    plan = await prepare_embeddings(body, context.request_id, context.deadline, components.catalog, components.settings)
+    plan = await prepare_embeddings(
+        body, context.request_id, context.deadline, components.catalog, components.settings, priority=context.priority
+    )
     mark_counted_by_outcome(request.scope)  # from here on, run_embeddings counts the request
     watch = ClientWatch(request.receive)  # a client that leaves cancels the calls still running
     try:
