@@ -8,6 +8,8 @@ Subcommands (each starts its own tritonserver and gateways, and stops them whate
 * ``micro``: the app's per-token CPU in one process, and the tool-call parsers' cost per feed.
 * ``agents``: a coding agent's large bodies (tools, system prompt), µs per request in process.
 * ``embeddings``: inputs/s through ``/v1/embeddings`` at several batch sizes, against the floor.
+* ``fairness``: a quiet key's and a critical request's TTFT under another key's flood, fair
+  scheduling against fifo; the scheduler's µs per request in process.
 
 ``--variant NAME=TREE_PATH[:ENV=VAL,...]`` (repeatable) names the gateways to compare; the
 default is the repository itself, ``this``.
@@ -131,6 +133,32 @@ def parser() -> argparse.ArgumentParser:
     embeddings.add_argument("--concurrency", type=int, default=4, help="requests in flight")
     embeddings.add_argument("--duration", type=float, default=10.0, help="measured seconds per run")
     embeddings.add_argument("--warmup", type=float, default=2.0, help="seconds of load before the window opens")
+    fairness = command(
+        "fairness",
+        "a quiet key's and a critical request's TTFT under another key's flood, on a fair and a fifo gateway; "
+        "the scheduler's cost per request in process",
+    )
+    fairness.add_argument("--slots", type=int, default=4, help="GATEWAY_MAX_CONCURRENT_REQUESTS of both gateways")
+    fairness.add_argument("--queue", type=int, default=16, help="GATEWAY_MAX_QUEUE_SIZE of both gateways")
+    fairness.add_argument("--headroom", type=float, default=0.1, help="GATEWAY_SCHEDULING_HEADROOM of both gateways")
+    fairness.add_argument("--tokens", type=int, default=8, help="tokens per request (the paced model's script)")
+    fairness.add_argument("--delay", type=float, default=0.04, help="seconds between the paced model's tokens")
+    fairness.add_argument("--flood", type=float, default=10.0, help="A's arrival rate, in multiples of capacity")
+    fairness.add_argument("--share", type=float, default=0.1, help="B's arrival rate, as a fraction of capacity")
+    fairness.add_argument("--c-rate", type=float, default=1.0, help="C's (critical) arrivals per second")
+    fairness.add_argument("--duration", type=float, default=20.0, help="measured seconds per phase and gateway")
+    fairness.add_argument("--warmup", type=float, default=2.0, help="seconds of the flood before the window opens")
+    fairness.add_argument("--drain", type=float, default=15.0, help="seconds for a phase's last requests to end")
+    fairness.add_argument(
+        "--phases", action=argparse.BooleanOptionalAction, default=True, help="run the servers' phases"
+    )
+    fairness.add_argument(
+        "--micro", action=argparse.BooleanOptionalAction, default=True, help="measure the scheduler in process"
+    )
+    fairness.add_argument("--micro-waiting", type=ints, default=[0, 64, 1024], help="queue lengths (0: fast path)")
+    fairness.add_argument("--micro-flows", type=ints, default=[2, 64], help="flows the waiters come from")
+    fairness.add_argument("--micro-requests", type=int, default=2000, help="requests per measurement")
+    fairness.add_argument("--micro-rounds", type=int, default=5, help="measurements per mode, alternated")
     return top
 
 
@@ -172,6 +200,10 @@ def run(args: argparse.Namespace, variants: list[Variant], report: Report) -> in
         from bench import embeddings
 
         embeddings.run(args, variants, report)
+    elif args.command == "fairness":
+        from bench import fairness
+
+        fairness.run(args, variants, report)
     else:
         from bench import micro
 
