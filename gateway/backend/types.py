@@ -42,6 +42,12 @@ class ModelInterface:
     (``accumulate_tokens``, ``tokenizer_dir``, ``exclude_input_in_output``...)."""
     steps: tuple[str, ...] = ()
     """An ensemble's step models, in the order its scheduling lists them."""
+    priority_levels: int = 0
+    """The priority levels of Triton's queue for the model (``dynamic_batching.priority_levels``;
+    0: none, a request's ``priority`` is ignored). An ensemble has no queue of its own but passes
+    a request's priority on to its steps: its levels are the most any of its steps declares."""
+    default_priority_level: int = 0
+    """The level of a request that names none (``dynamic_batching.default_priority_level``)."""
 
     def shape(self, spec: TensorSpec, count: int = 1) -> list[int]:
         """The shape of a tensor of ``count`` elements (one batch item)."""
@@ -82,6 +88,10 @@ class GenerationRequest:
     replica, where its prefix is cached. None: the prompt's prefix, or load, decides."""
     placement: Placement | None = None
     """Filled by the replica pool with where the request went, for the response headers and log."""
+    priority: int = 0
+    """The Triton priority level to send (the request's ``priority`` parameter: 1 is the most
+    urgent), from its band and the model's levels (``plan.priority.triton_priority``); 0 sends
+    none, and the request waits at the model's default level."""
 
 
 @dataclass(frozen=True, slots=True)

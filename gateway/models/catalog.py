@@ -89,6 +89,10 @@ class ServedModel:
     """Set when requests go to a ``tensorrt_llm`` model as token ids (``models/trtllm.py``)."""
     text_exact: bool = True
     """Whether its streamed text is exact (false: each response decoded alone, by the model)."""
+    priority_levels: int = 0
+    """The priority levels of Triton's queue for the model its requests run on (its token
+    route's step, else itself): where > 0, a request's band goes with it as Triton's
+    ``priority`` (``plan.priority.triton_priority``)."""
     created: int = field(default_factory=lambda: int(time.time()))
 
     @property
@@ -130,6 +134,11 @@ def _vision(override: ModelFiles | None, weights: bool | None, inputs: frozenset
     if weights is not None:
         return weights and "image" in inputs
     return "image" in inputs
+
+
+def _priority_levels(runs_on: str, interfaces: Mapping[str, ModelInterface]) -> int:
+    interface = interfaces.get(runs_on)
+    return interface.priority_levels if interface is not None else 0
 
 
 def _image_parts(override: ModelFiles | None, template: ChatTemplate | None) -> bool:
@@ -292,6 +301,7 @@ class ModelCatalog:
             contract=served.contract,
             route=served.route,
             text_exact=served.text_exact,
+            priority_levels=_priority_levels(served.route.step if served.route is not None else model.name, interfaces),
             created=previous.created if previous else int(time.time()),
         )
 

@@ -12,7 +12,7 @@ stage one call into the module that owns it, none calling back into an earlier o
 5. render the prompt(s) (``chat``: the chat template; ``completions``: the prompt list);
 6. budget each prompt (``budget``: prompt limits, token count when it matters, ``max_tokens``);
 7. sampling parameters, one backend request per choice (``sampling``);
-8. the plan: ids, usage options, echo (here).
+8. the plan: ids, usage options, echo, the scheduler's claim and the band Triton hears (here).
 
 Pure apart from reading the catalog's snapshot and counting long prompts on its threads. The
 core runs a plan; the HTTP edge encodes its result.
@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from gateway.backend.types import GenerationRequest
@@ -38,7 +38,7 @@ from gateway.plan.completions import check_completion_options, completion_prompt
 from gateway.plan.extras import check_extras
 from gateway.plan.images import image_parts, load_images
 from gateway.plan.limits import check_chat_limits, check_sampling_limits
-from gateway.plan.priority import estimate_tokens, plan_claim
+from gateway.plan.priority import estimate_tokens, plan_claim, triton_priority
 from gateway.plan.reasoning import needs_special_tokens, plan_reasoning
 from gateway.plan.requests import ChatCompletionRequest, CompletionRequest, OtherContentPart, SamplingFields
 from gateway.plan.sampling import stop_list, structured_outputs, to_generation_requests, tokens_for
@@ -105,6 +105,9 @@ def _plan(
     claim = plan_claim(
         body.priority, context.priority, _prompt_cost(requests, prompt_tokens, body.n), sum(max_tokens) * body.n
     )
+    level = triton_priority(claim.band, resolved.model.priority_levels)
+    if level:  # the band that runs, known once the claim is: Triton's queue orders by it too
+        requests = [replace(request, priority=level) for request in requests]
     return GenerationPlan(
         requests=tuple(requests),
         request_id=context.request_id,

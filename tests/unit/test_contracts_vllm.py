@@ -381,12 +381,30 @@ json_values = st.recursive(
     sampling=st.dictionaries(st.text(max_size=12), json_values, max_size=6),
     stream=st.booleans(),
     logprobs=st.booleans(),
+    # no priority (the usual), the few levels models declare, and any uint64 (varints of 1-10 bytes)
+    priority=st.just(0) | st.integers(1, 10) | st.integers(1, 2**64 - 1),
 )
 def test_the_request_bytes_are_protobufs_own(
-    model: str, request_id: str, prompt: str, sampling: dict[str, Any], stream: bool, logprobs: bool
+    model: str, request_id: str, prompt: str, sampling: dict[str, Any], stream: bool, logprobs: bool, priority: int
 ) -> None:
-    request = GenerationRequest(request_id, model, prompt, sampling, stream=stream, return_logprobs=logprobs)
+    request = GenerationRequest(
+        request_id, model, prompt, sampling, stream=stream, return_logprobs=logprobs, priority=priority
+    )
     assert infer_request_bytes(request) == build_infer_request(request).SerializeToString()
+
+
+@pytest.mark.parametrize("priority", [1, 2, 3, 8, 9, 127, 128, 2**64 - 1])
+def test_a_priority_is_the_request_s_priority_parameter(priority: int) -> None:
+    request = GenerationRequest("r", "m", "p", {"max_tokens": 1}, priority=priority)
+    parsed = service_pb2.ModelInferRequest.FromString(infer_request_bytes(request))
+    assert dict(parsed.parameters) == {"priority": service_pb2.InferParameter(uint64_param=priority)}
+    assert infer_request_bytes(request) == build_infer_request(request).SerializeToString()
+
+
+def test_no_priority_sends_no_parameter() -> None:
+    request = GenerationRequest("r", "m", "p", {"max_tokens": 1})
+    assert not service_pb2.ModelInferRequest.FromString(infer_request_bytes(request)).parameters
+    assert not build_infer_request(request).parameters
 
 
 @pytest.mark.parametrize("size", [0, 123, 124, 16379, 16380, 2**21 - 4, 2**21])

@@ -5,6 +5,8 @@ type (ensembles released before 2023-11 declare ``max_tokens`` as UINT32, later 
 Triton refuses a request whose type differs), its shape (a leading batch dimension when
 ``max_batch_size`` > 0; the LLM-API model has none), and whether the model may stream at all
 (its transaction policy, or for an ensemble its steps': an ensemble has no policy of its own).
+The priority levels its dynamic batcher declares say whether a request's band can reach Triton's
+queue as the request's ``priority`` parameter (``add_priority``).
 """
 
 from __future__ import annotations
@@ -51,8 +53,11 @@ def read_interface(config: Any, configs: Mapping[str, Any] | None = None) -> Mod
     ensemble be decoupled when one of its steps is."""
     steps = tuple(step.model_name for step in config.ensemble_scheduling.step)
     decoupled = bool(config.model_transaction_policy.decoupled)
+    levels = int(config.dynamic_batching.priority_levels)
     if steps and configs is not None:
         decoupled = decoupled or any(bool(configs[s].model_transaction_policy.decoupled) for s in steps if s in configs)
+        # Triton lets any priority through an ensemble, to each step's own queue.
+        levels = max((int(configs[s].dynamic_batching.priority_levels) for s in steps if s in configs), default=0)
     return ModelInterface(
         inputs={t.name: _tensor_spec(t) for t in config.input},
         outputs={t.name: _tensor_spec(t) for t in config.output},
@@ -61,7 +66,17 @@ def read_interface(config: Any, configs: Mapping[str, Any] | None = None) -> Mod
         platform=config.backend or config.platform,
         parameters={key: value.string_value for key, value in config.parameters.items()},
         steps=steps,
+        priority_levels=levels,
+        default_priority_level=int(config.dynamic_batching.default_priority_level),
     )
+
+
+def add_priority(infer: Any, priority: int) -> None:
+    """Set the request's Triton ``priority`` parameter (a level, 1 the most urgent) when it has
+    one: Triton's queue for the model orders waiting requests by it. 0 sends nothing (the model's
+    default level)."""
+    if priority:
+        infer.parameters["priority"].uint64_param = priority
 
 
 def pack_numbers(datatype: str, values: Sequence[float | int | bool]) -> bytes:

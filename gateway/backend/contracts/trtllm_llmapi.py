@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from tritonclient.grpc import service_pb2
 
-from gateway.backend.contracts.interface import add_declared
+from gateway.backend.contracts.interface import add_declared, add_priority
 from gateway.backend.contracts.tensors import Outputs, ReadRaws, split_bytes
 from gateway.backend.contracts.trtllm_fields import LLMAPI_FIELDS, add_flag, add_scalars, refuse, words
 from gateway.backend.contracts.trtllm_text import TextReader
@@ -49,6 +49,7 @@ class LlmApiContract:
             if request.sampling.get(key) is not None:
                 raise refuse(request, layout, key, why)
         infer = service_pb2.ModelInferRequest(model_name=request.model, id=request.request_id)
+        add_priority(infer, request.priority)
         add_declared(infer, interface, "text_input", [request.prompt])
         add_flag(infer, interface, "streaming", self.streams(request))
         add_flag(infer, interface, "sampling_param_exclude_input_from_output", True)

@@ -28,7 +28,7 @@ from typing import Any
 
 from tritonclient.grpc import service_pb2
 
-from gateway.backend.contracts.interface import add_declared
+from gateway.backend.contracts.interface import add_declared, add_priority
 from gateway.backend.contracts.tensors import Outputs, ReadRaws, split_bytes, unpack_numbers
 from gateway.backend.contracts.trtllm_fields import (
     ENSEMBLE_FIELDS,
@@ -177,6 +177,7 @@ class TextContract:
     def encode(self, request: GenerationRequest, *, lora_weights: bool = False) -> bytes:
         interface, layout = self.interface, self.layout
         infer = service_pb2.ModelInferRequest(model_name=request.model, id=request.request_id)
+        add_priority(infer, request.priority)
         if interface.decoupled:
             # A BLS model ends with an empty FINAL response of its own, which Triton's stream
             # sends only when asked: without it, a cumulative text's last held-back bytes and the

@@ -19,7 +19,7 @@ from typing import Any
 
 from tritonclient.grpc import service_pb2
 
-from gateway.backend.contracts.interface import add_declared, add_matrix
+from gateway.backend.contracts.interface import add_declared, add_matrix, add_priority
 from gateway.backend.contracts.tensors import Outputs, ReadRaws, unpack_numbers
 from gateway.backend.contracts.trtllm_fields import (
     TOKENS_FIELDS,
@@ -127,6 +127,7 @@ class TokensContract:
         if tokens is None:
             raise BackendError(f"a request for '{request.model}' (tensorrt_llm) came without token ids")
         infer = service_pb2.ModelInferRequest(model_name=request.model, id=request.request_id)
+        add_priority(infer, request.priority)
         add_declared(infer, interface, "input_ids", list(tokens.ids))
         add_declared(infer, interface, "input_lengths", [len(tokens.ids)])
         for name, value in (("end_id", tokens.end_id), ("pad_id", tokens.pad_id), ("beam_width", 1)):

@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 from tritonclient.grpc import service_pb2
 
+from gateway.backend.contracts.interface import add_priority
 from gateway.backend.contracts.tensors import (
     ONE_NUMBER,
     Outputs,
@@ -52,6 +53,7 @@ def _bool(value: bool) -> bytes:
 def build_infer_request(request: GenerationRequest) -> Any:
     """The one ``ModelInferRequest`` of a generation (vLLM-backend contract)."""
     infer = service_pb2.ModelInferRequest(model_name=request.model, id=request.request_id)
+    add_priority(infer, request.priority)
     add_tensor(infer, TEXT_INPUT, "BYTES", [1], pack_bytes(request.prompt.encode("utf-8")))
     add_tensor(infer, STREAM, "BOOL", [1], _bool(request.stream))
     add_tensor(infer, SAMPLING_PARAMETERS, "BYTES", [1], pack_bytes(orjson.dumps(dict(request.sampling))))
@@ -69,8 +71,8 @@ def build_infer_request(request: GenerationRequest) -> Any:
 
 
 _BYTE = [bytes((i,)) for i in range(0x80)]
-_MODEL_NAME, _ID, _INPUTS, _RAW_CONTENTS = b"\x0a", b"\x1a", b"\x2a", b"\x3a"
-"""``ModelInferRequest``'s field tags (fields 1, 3, 5 and 7, length-delimited)."""
+_MODEL_NAME, _ID, _PARAMETERS, _INPUTS, _RAW_CONTENTS = b"\x0a", b"\x1a", b"\x22", b"\x2a", b"\x3a"
+"""``ModelInferRequest``'s field tags (fields 1, 3, 4, 5 and 7, length-delimited)."""
 
 
 def _varint(value: int) -> bytes:
@@ -86,6 +88,18 @@ def _varint(value: int) -> bytes:
 
 def _length_delimited(tag: bytes, value: bytes) -> bytes:
     return tag + _varint(len(value)) + value
+
+
+def _priority_entry(priority: int) -> bytes:
+    """The ``parameters`` map's entry ``"priority"``: a map entry is a message of its key (field 1)
+    and its value (field 2), here an ``InferParameter`` holding ``uint64_param`` (field 5, a
+    varint)."""
+    value = b"\x28" + _varint(priority)
+    return _length_delimited(_PARAMETERS, b"\x0a\x08priority" + _length_delimited(b"\x12", value))
+
+
+_PRIORITY_ENTRIES = {level: _priority_entry(level) for level in range(1, 9)}
+"""The entries of the levels models declare (a few): made once, not per request."""
 
 
 def _input_descriptors(return_logprobs: bool) -> tuple[bytes, bytes]:
@@ -111,16 +125,20 @@ def infer_request_bytes(request: GenerationRequest) -> bytes:
     protobuf itself. The pieces are laid out in field-number order with proto3's rules (an empty
     string left out, every element of a repeated field written), which is how protobuf
     serializes this message: a property test holds the bytes to ``SerializeToString``'s. A request
-    with images is rare and large (their encoding dominates): protobuf builds it."""
+    with images is rare and large (their encoding dominates): protobuf builds it. A priority
+    (field 4, between the id and the inputs) is the one map entry the gateway sends; a request
+    without one, the usual, costs one test for it."""
     if request.images:
         return bytes(build_infer_request(request).SerializeToString())
     descriptors, flags = _DESCRIPTORS[request.return_logprobs]
     model = request.model.encode("utf-8")
     request_id = request.request_id.encode("utf-8")
+    priority = request.priority
     return b"".join(
         (
             _length_delimited(_MODEL_NAME, model) if model else b"",
             _length_delimited(_ID, request_id) if request_id else b"",
+            (_PRIORITY_ENTRIES.get(priority) or _priority_entry(priority)) if priority else b"",
             descriptors,
             _length_delimited(_RAW_CONTENTS, pack_bytes(request.prompt.encode("utf-8"))),
             _length_delimited(_RAW_CONTENTS, _bool(request.stream)),
