@@ -5,7 +5,8 @@ left by the client after their first event. Whatever arrives: no 5xx, every erro
 stream read to its end complete; and once the run settles, no work left in Triton (the reference
 model's own in-flight gauge, Triton's pending count for every model) nor in the gateways.
 
-Generation is kept short (every token cap at most ``MAX_TOKENS``): what is fuzzed is what the
+Generation is kept short (every token cap at most ``MAX_TOKENS``, a body without one given one,
+``n`` at most ``MAX_CHOICES``): what is fuzzed is what the
 request says, not how long the random model talks."""
 
 from __future__ import annotations
@@ -38,6 +39,13 @@ from tests.unit.test_fuzz_bodies import anthropic_bodies, chat_bodies, embedding
 EMBED = "tiny-llm-embed"
 MAX_TOKENS = 8
 TOKEN_CAPS = ("max_tokens", "max_completion_tokens", "max_output_tokens", "min_tokens")
+DEFAULT_CAPS = {
+    "/v1/chat/completions": "max_tokens",
+    "/v1/completions": "max_tokens",
+    "/v1/responses": "max_output_tokens",
+}
+"""The cap a generating body without one gets."""
+MAX_CHOICES = 4
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +89,11 @@ def real_models(path: str, body: Any) -> Any:
     for cap in TOKEN_CAPS:
         if isinstance(body.get(cap), int) and body[cap] > MAX_TOKENS:
             body[cap] = MAX_TOKENS
+    default_cap = DEFAULT_CAPS.get(path)
+    if default_cap is not None and not any(cap in body for cap in TOKEN_CAPS):
+        body[default_cap] = MAX_TOKENS  # no cap at all: the context's room, minutes of tiny-llm at n = 128
+    if isinstance(body.get("n"), int) and body["n"] > MAX_CHOICES:
+        body["n"] = MAX_CHOICES
     return body
 
 

@@ -192,7 +192,7 @@ def test_a_request_chat_template_renders_the_documents_where_allowed(template_ga
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("truncate_prompt_tokens", 4), ("prompt_logprobs", 1), ("use_beam_search", True), ("priority", 2)],
+    [("truncate_prompt_tokens", 4), ("prompt_logprobs", 1), ("use_beam_search", True), ("cache_salt", "salt")],
 )
 def test_extras_that_cannot_be_honoured_are_a_400_naming_them(client: openai.OpenAI, field: str, value: Any) -> None:
     with pytest.raises(openai.BadRequestError) as caught:
