@@ -48,8 +48,6 @@ class Claim:
     """The prompt's tokens over all choices (counted or estimated)."""
     max_tokens: int = 0
     """The most the request may generate over all choices."""
-    asked: int | None = None
-    """The band the request asked for, when the key's policy lowered it (else None)."""
 
 
 @dataclass(slots=True, eq=False)

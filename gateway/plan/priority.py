@@ -28,9 +28,7 @@ def plan_claim(asked: int | None, header: int | None, prompt_tokens: int, max_to
         band = STANDARD if wanted is None else wanted
         return Claim(band, NO_KEY_FLOW, 1.0, prompt_tokens, max_tokens)
     policy, name = key.policy, key.policy.name
-    band = policy.band(wanted)
-    lowered = wanted if wanted is not None and wanted != band else None
-    return Claim(band, name, policy.weight, prompt_tokens, max_tokens, lowered)
+    return Claim(policy.band(wanted), name, policy.weight, prompt_tokens, max_tokens)
 
 
 def triton_priority(band: int, levels: int) -> int:
