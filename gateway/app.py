@@ -32,13 +32,27 @@ from gateway.http.deps import PRIORITY_HEADER, Components
 from gateway.http.direct import DIRECT_ROUTES, DirectRoutes
 from gateway.http.errors import install_error_handlers
 from gateway.http.head import HeadAsGetMiddleware
+from gateway.http.inproc import InProcessLines
 from gateway.http.metrics_listener import MetricsListener
 from gateway.http.rejections import RejectionCountMiddleware
 from gateway.http.request_id import RequestIdMiddleware
-from gateway.http.routes import chat, completions, embeddings, health, messages, metrics, models, responses, tokenize
-from gateway.http.security import PROBES, ApiKeyMiddleware, BodySizeLimitMiddleware
+from gateway.http.routes import (
+    batches,
+    chat,
+    completions,
+    embeddings,
+    files,
+    health,
+    messages,
+    metrics,
+    models,
+    responses,
+    tokenize,
+)
+from gateway.http.security import PROBES, UPLOAD_FRAMING_BYTES, ApiKeyMiddleware, BodySizeLimitMiddleware
 from gateway.http.tracing import TracingMiddleware
 from gateway.images.fetch import FetchRules, ImageFetcher
+from gateway.jobs.service import JobService
 from gateway.keys.limits import FileLimits, LimitStore, MemoryLimits, RedisLimits
 from gateway.keys.policy import KeyFileError, KeyRing
 from gateway.metrics import Metrics
@@ -174,8 +188,10 @@ def build_parts(settings: Settings, backend: Backend | None) -> AppParts:
         pool.observer = the_metrics
     service = CompletionService(the_backend, admission, the_metrics, log_requests=settings.log_requests)
     seal = ReasoningSeal.from_setting(settings.reasoning_secret)
+    store = open_store(settings)
+    jobs = JobService(store, settings, the_metrics) if store is not None else None
     components = Components(
-        settings, the_backend, catalog, the_metrics, service, open_store(settings), image_fetcher(settings), seal
+        settings, the_backend, catalog, the_metrics, service, store, image_fetcher(settings), seal, jobs
     )
     ring = KeyRing(settings.load_api_keys(), settings.api_key_policy_file)
     keyed = bool(len(ring)) or ring.path is not None
@@ -230,9 +246,14 @@ def lifespan_of(parts: AppParts) -> Callable[[FastAPI], AbstractAsyncContextMana
         if parts.metrics_listener is not None:
             await parts.metrics_listener.start()
         watcher = watch_key_file(parts.ring, settings.api_key_reload_interval)
+        if c.jobs is not None:
+            await c.jobs.start(InProcessLines(c, parts.ring, parts.key_limits))
         try:
             yield
         finally:
+            await c.background.close()  # running background responses store their end while all is up
+            if c.jobs is not None:
+                await c.jobs.close()  # the batch lines running here given back to the store
             watcher.cancel()
             if parts.metrics_listener is not None:
                 await parts.metrics_listener.stop()
@@ -253,7 +274,7 @@ def lifespan_of(parts: AppParts) -> Callable[[FastAPI], AbstractAsyncContextMana
 
 
 def include_routes(app: FastAPI, settings: Settings) -> None:
-    for module in (health, models, chat, completions, responses, messages, tokenize, embeddings):
+    for module in (health, models, chat, completions, responses, messages, tokenize, embeddings, files, batches):
         app.include_router(module.router)
     if settings.metrics_enabled and settings.metrics_port is None:
         app.include_router(metrics.router)
@@ -266,7 +287,11 @@ def add_middleware(app: FastAPI, parts: AppParts) -> None:
     client without a key reaches neither the trace store nor the body parser."""
     settings = parts.components.settings
     app.add_middleware(DirectRoutes, components=parts.components)
-    app.add_middleware(BodySizeLimitMiddleware, limit=settings.max_body_bytes)
+    app.add_middleware(
+        BodySizeLimitMiddleware,
+        limit=settings.max_body_bytes,
+        limits_by_path={"/v1/files": settings.batch_max_file_bytes + UPLOAD_FRAMING_BYTES},
+    )
     if parts.tracing is not None:
         app.add_middleware(TracingMiddleware, tracing=parts.tracing, direct_paths=frozenset(DIRECT_ROUTES))
     if parts.keyed:

@@ -530,6 +530,45 @@ class Settings(BaseSettings):
     """Most responses stored, all API keys together; the oldest are deleted first, in batches
     every ``max // 64`` puts (so up to that many more may be there between two batches)."""
 
+    jobs_priority: int = 1
+    """The priority band of work no client waits on: batch lines and background responses.
+    At or above ``shed_priority`` (the default: both are 1) it runs only while a slot of its
+    model is free, and waits (never fails) while interactive requests hold them all."""
+
+    batch_runner: bool = True
+    """Whether this gateway runs batch lines. Every gateway takes uploads and answers the Batch
+    API; with several on one PostgreSQL store, those with the runner on share every batch's lines."""
+
+    batch_concurrency: int = Field(default=16, ge=1)
+    """Batch lines this gateway runs at once, every batch together."""
+
+    batch_max_concurrency: int = Field(default=8, ge=1)
+    """Lines of one batch in flight at once, all gateways on the store together (a batch may
+    ask for fewer with the ``max_concurrency`` extension field)."""
+
+    batch_lease_seconds: float = Field(default=30.0, gt=0.0)
+    """How long a gateway holds a batch line it runs before another may take it; renewed every
+    third of it while the line runs, so only a gateway that died (or lost the store) loses its
+    lines, which another then runs."""
+
+    batch_poll_interval: float = Field(default=1.0, gt=0.0)
+    """Seconds an idle runner waits before it looks for batch lines again."""
+
+    batch_line_attempts: int = Field(default=5, ge=1)
+    """Times a batch line is tried when its answer is a transient failure (a 5xx, a 429 other than
+    the wait for a free slot or for the key's limits, which count none), 2, 10, 30 and then 60 s
+    apart: a replica restart costs a batch nothing. The last answer goes to the error file."""
+
+    batch_max_file_bytes: int = Field(default=200 * 2**20, ge=1)
+    """The largest file ``POST /v1/files`` takes (OpenAI's limit for batch input: 200 MB)."""
+
+    batch_max_lines: int = Field(default=50_000, ge=1)
+    """The most requests one batch input file may hold (OpenAI's limit: 50,000)."""
+
+    jobs_retention: float = Field(default=30 * 24 * 3600.0, gt=0.0)
+    """Seconds uploaded files, batches and their output files are kept (a file's own
+    ``expires_after`` may shorten it); then they are deleted with their lines."""
+
     log_requests: bool = False
     """Log one JSON line per request (ids, model, status, tokens, timings; never text)."""
 

@@ -80,6 +80,12 @@ class ResponseNotFoundError(InvalidRequestError):
     status_code = 404
 
 
+class JobNotFoundError(InvalidRequestError):
+    """No file or batch with that id for this API key (the same answer for another key's)."""
+
+    status_code = 404
+
+
 class AuthenticationError(InvalidRequestError):
     """Missing or wrong API key."""
 

@@ -264,6 +264,14 @@ class Metrics:
         self._add_replica_series(r)
         self._add_key_series(r)
         self._add_schedule_series(r)
+        self._add_job_series(r)
+        self.background_responses = Counter(
+            "gateway_background_responses",
+            "Background responses (background: true) that reached each status: queued at their POST, "
+            "in_progress once admitted, then completed, incomplete, failed or cancelled",
+            ["status"],
+            registry=r,
+        )
         self._children: dict[tuple[Counter | Gauge | Histogram, tuple[str, ...]], Any] = {}
         """The replica series every request moves (``_child``), by metric and label values, as
         ``_finished`` below: ``labels()`` costs ~2 µs, and three of these are on the path to
@@ -423,9 +431,50 @@ class Metrics:
             registry=r,
         )
 
+    def _add_job_series(self, r: CollectorRegistry) -> None:
+        """The Batch API (``gateway.jobs``): lines ended here, lines running here, and every
+        gateway's view of the store (the same figures from each: read them with ``max``)."""
+        self.batch_lines = Counter(
+            "gateway_batch_lines",
+            "Batch lines this gateway ended, by result (completed: answered 2xx; failed: answered "
+            "otherwise; cancelled; retried: a transient failure, tried again later)",
+            ["result"],
+            registry=r,
+        )
+        self.batch_lines_running_gauge = Gauge(
+            "gateway_batch_lines_running", "Batch lines this gateway runs now", multiprocess_mode="livesum", registry=r
+        )
+        self.batch_lines_open = Gauge(
+            "gateway_batch_lines_open",
+            "Lines of the store's open batches, by state (pending: queued or running)",
+            ["state"],
+            multiprocess_mode="livemax",
+            registry=r,
+        )
+        self.batches_gauge = Gauge(
+            "gateway_batches", "Batches in the store, by status", ["status"], multiprocess_mode="livemax", registry=r
+        )
+
+    def batch_line_ended(self, result: str) -> None:
+        self._child(self.batch_lines, result).inc()
+
+    def batch_lines_running(self, count: int) -> None:
+        self.batch_lines_running_gauge.set(count)
+
+    def batch_census(self, batches: dict[str, int], lines: dict[str, int]) -> None:
+        """The store's counts; a status or state no longer seen goes to 0, not away."""
+        for status in ("in_progress", "finalizing", "completed", "expired", "cancelling", "cancelled", *batches):
+            self._child(self.batches_gauge, status).set(batches.get(status, 0))
+        for state in ("pending", "done", "error", "cancelled", "expired", *lines):
+            self._child(self.batch_lines_open, state).set(lines.get(state, 0))
+
     def queued(self, model: str, key: str | None, band: int, seconds: float) -> None:
         """A request got its slot after ``seconds`` in the queue."""
         self._child(self.queue_wait, model, key or "", str(band)).observe(seconds)
+
+    def background_response(self, status: str) -> None:
+        """A background response reached ``status``."""
+        self._child(self.background_responses, status).inc()
 
     def shed(self, model: str, band: int, reason: str) -> None:
         """A request refused by the scheduler."""

@@ -23,6 +23,8 @@ from gateway.core.service import CompletionService
 from gateway.errors import InvalidRequestError
 from gateway.http.request_id import request_id_of
 from gateway.images.fetch import ImageFetcher
+from gateway.jobs.background import BackgroundResponses
+from gateway.jobs.service import JobService
 from gateway.metrics import Metrics
 from gateway.models.catalog import ModelCatalog
 from gateway.plan.prepare import RequestContext
@@ -48,6 +50,10 @@ class Components:
     """What fetches ``http(s)`` image URLs; None when no host is allowed (``image_fetch_hosts``)."""
     seal: ReasoningSeal = field(default_factory=lambda: ReasoningSeal.from_setting(None))
     """Seals the reasoning clients carry between turns (``reasoning_secret``)."""
+    jobs: JobService | None = None
+    """The Batch API's files and batches, and this gateway's batch runner; None when storing is off."""
+    background: BackgroundResponses = field(default_factory=BackgroundResponses)
+    """The background responses this process runs (``background: true``), and their event logs."""
 
 
 async def get_components(request: Request) -> Components:

@@ -13,8 +13,9 @@ continues the conversation at once finds it:
   cancelled first).
 
 A non-streamed response that fails, or whose client leaves, never gave its id to anyone: nothing is
-stored. A store that fails to write is logged and the answer still goes out: the generation
-succeeded, only its continuation is lost.
+stored. (A background response is stored at every change of status: ``http.background_answer``.)
+A store that fails to write is logged and the answer still goes out: the generation succeeded,
+only its continuation is lost.
 """
 
 from __future__ import annotations
@@ -50,8 +51,12 @@ class ResponsesAnswer:
     def encoding(self, generation: Generation) -> ResponsesEncoding:
         return ResponsesEncoding(self, generation)
 
+    def encoder(self) -> ResponseEncoder:
+        """A new encoder of this response's events and objects."""
+        return ResponseEncoder(self.plan.head, event_framing, self.options)
+
     async def complete(self, generation: Generation) -> dict[str, Any]:
-        encoder = ResponseEncoder(self.plan.head, event_framing, self.options)
+        encoder = self.encoder()
         try:
             async for events in generation:
                 encoder.events(events)
@@ -62,6 +67,13 @@ class ResponsesAnswer:
         return response
 
     async def save(self, response: dict[str, Any]) -> None:
+        try:
+            await self.put(response)
+        except Exception:  # the answer still goes out; only its continuation is lost
+            logger.warning("could not store response %s", self.plan.response_id, exc_info=True)
+
+    async def put(self, response: dict[str, Any]) -> None:
+        """Store ``response`` (when the response is stored), raising what the store raises."""
         store = self.store
         if store is None:
             return
@@ -74,10 +86,7 @@ class ResponsesAnswer:
             input_items=plan.input_items,
             previous_response_id=plan.previous_response_id,
         )
-        try:
-            await store.put(stored)
-        except Exception:  # the answer still goes out; only its continuation is lost
-            logger.warning("could not store response %s", plan.response_id, exc_info=True)
+        await store.put(stored)
 
 
 class ResponsesEncoding:
@@ -89,10 +98,10 @@ class ResponsesEncoding:
     opens_early = True
     """``response.created`` goes out at once: the client has the id even while a long prefill runs."""
 
-    def __init__(self, answer: ResponsesAnswer, generation: Generation) -> None:
+    def __init__(self, answer: ResponsesAnswer, generation: Generation, encoder: ResponseEncoder | None = None) -> None:
         self._answer = answer
         self._generation = generation
-        self._encoder = ResponseEncoder(answer.plan.head, event_framing, answer.options)
+        self._encoder = encoder or answer.encoder()
         self.step = self._encoder.events
         """The per-token call, straight to the encoder."""
 
@@ -102,13 +111,17 @@ class ResponsesEncoding:
     async def closing(self) -> bytes:
         generation = self._generation
         frames, response = self._encoder.closing(generation.finish_reasons[0], generation.usage)
-        await self._answer.save(response)
+        await self.ended(response)
         return frames
 
     async def failure(self, error: GatewayError) -> bytes:
         frames, response = self._encoder.failed(error_body(error)["error"], self._generation.usage)
-        await self._answer.save(response)
+        await self.ended(response)
         return frames
+
+    async def ended(self, response: dict[str, Any]) -> None:
+        """The final object, stored before the event that carries it goes out."""
+        await self._answer.save(response)
 
     async def cut_off(self) -> None:
         await self._answer.save(self._encoder.cut_off(self._generation.usage))

@@ -7,7 +7,7 @@ extra task is spawned per request.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -46,6 +46,9 @@ key (a rotated key keeps its conversations), else the key's sha256 (hex). Never 
 PROBES = frozenset({"/health", "/health/live", "/health/ready"})
 """The paths answered without a key on a gateway with keys (Kubernetes' probes, load balancers):
 without one they name no model (``keys.context.models_visible``)."""
+
+UPLOAD_FRAMING_BYTES = 64 * 1024
+"""Room for a multipart upload's boundaries and form fields around its file."""
 
 LIMITED_PATHS = frozenset(
     {"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages", "/v1/embeddings"}
@@ -213,21 +216,24 @@ class BodySizeLimitMiddleware:
     body. The body is read here (it is small JSON that the app reads whole anyway) and replayed to
     the app, so an oversized body never reaches the request parser, which would call it a 400."""
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    def __init__(self, app: ASGIApp, limit: int, limits_by_path: Mapping[str, int] | None = None) -> None:
         self.app = app
         self.limit = limit
+        self.limits_by_path = dict(limits_by_path or {})
+        """Paths with a limit of their own (``/v1/files``: a batch file is far larger than a request)."""
 
-    def _error(self) -> PayloadTooLargeError:
-        return PayloadTooLargeError(f"The request body is larger than the {self.limit} bytes this gateway accepts.")
+    def _error(self, limit: int) -> PayloadTooLargeError:
+        return PayloadTooLargeError(f"The request body is larger than the {limit} bytes this gateway accepts.")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
             await self.app(scope, receive, send)
             return
+        limit = self.limits_by_path.get(scope["path"], self.limit)
         for name, value in scope["headers"]:
             if name == b"content-length":
-                if value.isdigit() and int(value) > self.limit:
-                    await send_error(send, self._error(), scope["path"])
+                if value.isdigit() and int(value) > limit:
+                    await send_error(send, self._error(limit), scope["path"])
                     return
                 break
         chunks: list[bytes] = []
@@ -240,8 +246,8 @@ class BodySizeLimitMiddleware:
                 break
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > self.limit:
-                await send_error(send, self._error(), scope["path"])
+            if size > limit:
+                await send_error(send, self._error(limit), scope["path"])
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):

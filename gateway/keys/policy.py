@@ -180,6 +180,15 @@ class KeyRing:
         """``lookup`` by the key's ``hash_key``, for a caller that keeps the digest."""
         return self._policies.get(digest) or self._flat.get(digest)
 
+    def lookup_owner(self, owner: str) -> KeyPolicy | None:
+        """The policy of whoever a stored owner names (``key:<name>`` for a named key, else a
+        key's digest), for work that runs after its request (batch lines): None when that key is
+        gone from the ring."""
+        if owner.startswith("key:"):
+            name = owner[4:]
+            return next((policy for policy in self._policies.values() if policy.name == name), None)
+        return self.lookup_digest(owner)
+
     def __len__(self) -> int:
         return len(self._flat) + len(self._policies)
 

@@ -15,7 +15,8 @@ delta per piece). A response that said nothing still gets an empty message,
 so ``output`` is never empty. Events, per OpenAI's sequence: ``response.created``,
 ``response.in_progress``, the items' events, then ``response.completed`` (or
 ``response.incomplete`` at the token cap, ``response.failed`` after an error), every one with the
-next ``sequence_number`` from 0.
+next ``sequence_number`` from 0. A background response begins with ``response.created`` and
+``response.queued`` (its object ``queued``), and says ``response.in_progress`` once it has a slot.
 
 The per-token event (``response.output_text.delta``) is pre-encoded per item: one ``orjson.dumps``
 of the text and one concatenation. Everything else happens a few times per response.
@@ -102,6 +103,7 @@ class ResponseEncoder:
         "_thoughts",
         "_call_index",
         "_options",
+        "_queued",
     )
 
     def __init__(self, head: dict[str, Any], framing: EventFraming, options: ResponseOptions | None = None) -> None:
@@ -124,6 +126,8 @@ class ResponseEncoder:
         self._thoughts: list[str] = []
         self._call_index = -1
         """The output index of the call whose pieces are arriving."""
+        self._queued = False
+        """``queued`` said ``response.created``: ``opening`` says only ``response.in_progress``."""
 
     # -- events --------------------------------------------------------------------------------
 
@@ -134,11 +138,25 @@ class ResponseEncoder:
         return prefix + dumps({"type": kind, "sequence_number": seq, **fields}) + suffix
 
     def opening(self) -> bytes:
-        """``response.created`` and ``response.in_progress``: the id is the client's from here on."""
-        snapshot = {**self._head, "status": "in_progress"}
+        """``response.created`` and ``response.in_progress``: the id is the client's from here on
+        (after ``queued``: ``response.in_progress`` alone, as the generation starts)."""
+        in_progress = {"response": self.snapshot("in_progress")}
+        if self._queued:
+            return self._event("response.in_progress", in_progress)
+        return self._event("response.created", in_progress) + self._event("response.in_progress", in_progress)
+
+    def queued(self) -> bytes:
+        """A background response's first events, before it has a slot: ``response.created`` and
+        ``response.queued``, both with the ``queued`` object."""
+        self._queued = True
+        snapshot = self.snapshot("queued")
         return self._event("response.created", {"response": snapshot}) + self._event(
-            "response.in_progress", {"response": snapshot}
+            "response.queued", {"response": snapshot}
         )
+
+    def snapshot(self, status: str) -> dict[str, Any]:
+        """The object before any output (``queued``, ``in_progress``)."""
+        return {**self._head, "status": status}
 
     def events(self, events: Sequence[ChoiceEvent]) -> bytes:
         """The events of one step of the generation (Responses has one choice: index 0)."""
@@ -303,6 +321,11 @@ class ResponseEncoder:
         """``response.failed`` carrying OpenAI's error object, and the failed Response object."""
         response = self._final("failed", usage, error=error)
         return self._event("response.failed", {"response": response}), response
+
+    def cancelled(self, usage: Usage) -> dict[str, Any]:
+        """The object of a background response cancelled before it ended, its output as far as it
+        got (no event: OpenAI's stream has none for it; the stream ends)."""
+        return self._final("cancelled", usage)
 
     def cut_off(self, usage: Usage) -> dict[str, Any]:
         """The Response object of a stream whose client left before it ended (no event: nobody

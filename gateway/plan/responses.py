@@ -5,9 +5,10 @@ The Responses API is another spelling of a chat completion with one choice, so i
 function tools become chat's nested ones), structured outputs (``text.format`` becomes
 ``response_format``) and every check are chat's, and the core and the backend cannot tell the two
 apart. What is the Responses API's own is decided here: the fields the gateway cannot honour are
-refused by name, the conversation is assembled (``instructions``, the stored chain of
-``previous_response_id``, the ``input`` items: ``responses_input.py``), and the parts of the
-Response object that echo the request are fixed once. A 4xx raised by chat's planning names chat's
+refused by name, a background response (which must be stored) is put in the jobs' band, the
+conversation is assembled (``instructions``, the stored chain of ``previous_response_id``, the
+``input`` items: ``responses_input.py``), and the parts of the Response object that echo the
+request are fixed once. A 4xx raised by chat's planning names chat's
 field; it is renamed to the Responses field the client sent (``messages`` → ``input``,
 ``max_completion_tokens`` → ``max_output_tokens``, ``tools.0.function.name`` → ``tools.0.name``).
 """
@@ -96,6 +97,9 @@ class ResponsesPlan:
     summarize_reasoning: bool = False
     """``reasoning.summary`` is set: each reasoning item's ``summary`` carries its text (these
     models write no separate summary)."""
+    background: bool = False
+    """``background: true``: the response runs in a task of the gateway's, in the jobs' band
+    (``settings.jobs_priority``), and is stored at every change of status."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,12 +186,22 @@ async def prepare_response(
     # previous_response_id stays on one Triton replica without the client naming a session.
     session = session_key_of(context, body) or f"response:{conversation.root}"
     context = dataclasses.replace(context, session_key=session)
+    chat = conversation.chat
+    stored = body.store and store is not None
+    if body.background:
+        if not stored:
+            raise InvalidRequestError(
+                "background responses must be stored, and storing responses is turned off on this gateway",
+                param="background",
+            )
+        # No client waits on it: it runs in the jobs' band, whatever priority the request named,
+        # and streams from Triton even when its POST does not (its events are logged as they come).
+        chat = chat.model_copy(update={"priority": settings.jobs_priority, "stream": True})
     try:
-        generation = await prepare_chat(conversation.chat, context, catalog, settings, images)
+        generation = await prepare_chat(chat, context, catalog, settings, images)
     except InvalidRequestError as exc:
         exc.param = responses_param(exc.param, conversation.origins)
         raise
-    stored = body.store and store is not None
     created_at = int(time.time())
     return ResponsesPlan(
         generation=dataclasses.replace(generation, api="responses", completion_id=response_id),
@@ -201,6 +215,7 @@ async def prepare_response(
         tools=conversation.tools,
         seal_reasoning=ENCRYPTED_REASONING in (body.include or ()),
         summarize_reasoning=body.reasoning is not None and body.reasoning.summary is not None,
+        background=bool(body.background),
     )
 
 
@@ -227,7 +242,10 @@ async def count_input_tokens(
 def check_supported(body: ResponsesRequest) -> None:
     """Fields of OpenAI's API that ask for something the gateway cannot do: a 400 naming each."""
     refusals = {
-        "background": (body.background is True, "background responses are not supported; send the request and wait"),
+        "background": (
+            body.background is True and not body.store,
+            "background responses must be stored: send background with store true (the default)",
+        ),
         "top_logprobs": (body.top_logprobs is not None, "logprobs are not supported on /v1/responses"),
         "prompt": (_set(body.prompt), "stored prompt templates are not supported; send the input itself"),
         "conversation": (
@@ -452,7 +470,7 @@ def response_head(body: ResponsesRequest, response_id: str, created_at: int, sto
         "object": "response",
         "created_at": created_at,
         "status": "in_progress",
-        "background": False,
+        "background": body.background is True,
         "completed_at": None,
         "error": None,
         "incomplete_details": None,

@@ -4,7 +4,7 @@ Validated once at the edge, like the chat request. The top-level fields are type
 ``input`` items, ``tools`` and ``tool_choice`` stay plain JSON and are checked item by item in
 ``plan/responses.py``, which names the exact offending field (``input.2.content.0.type``) where a
 union of models would report every member's mismatch. Fields of OpenAI's API that the gateway
-cannot honour (``background``, ``prompt``...) are declared so that planning can
+cannot honour (``prompt``, ``conversation``...) are declared so that planning can
 refuse them by name rather than let them pass as unknown extras; unknown fields are ignored, as on
 chat. ``null`` means unset everywhere (``nullable.NullMeansDefault``).
 """
@@ -80,8 +80,10 @@ class ResponsesRequest(SamplingExtras):
     """Bounds calls to built-in tools, of which the gateway has none: accepted and echoed."""
     include: list[str] | None = None
     reasoning: Reasoning | None = None
-    # Declared to be refused by name when set (``plan/responses.py``).
     background: bool | None = None
+    """Run the response in a task of the gateway's, detached from this request: answered at once
+    ``queued``, then polled, streamed again or cancelled by id (``http.background_answer``)."""
+    # Declared to be refused by name when set (``plan/responses.py``).
     top_logprobs: int | None = None
     prompt: Any = None
     conversation: Any = None

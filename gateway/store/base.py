@@ -67,6 +67,23 @@ class ResponseStore(Protocol):
         """Delete it; False if it was absent, expired, or another owner's."""
         ...
 
+    # Another component's tables on the same connections (``gateway.jobs``): its statements are
+    # written for ``dialect`` with ``mark`` as the parameter mark; errors are ResponseStoreError.
+    dialect: str
+    mark: str
+
+    async def execute(self, sql: str, params: tuple[object, ...] = ()) -> int:
+        """Run one statement: the rows it changed."""
+        ...
+
+    async def fetch_all(self, sql: str, params: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
+        """Every row one statement returns."""
+        ...
+
+    async def migrate(self, component: str, migrations: tuple[tuple[str, ...], ...]) -> None:
+        """Bring ``component``'s tables to ``len(migrations)``, once among replicas."""
+        ...
+
 
 class ResponseStoreError(GatewayError):
     """The store cannot be reached or used: 503, so a client retries (or another replica).

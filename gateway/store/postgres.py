@@ -25,7 +25,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from gateway.store.base import ResponseStoreError, StoreBounds
 from gateway.store.location import redact_url
-from gateway.store.schema import CREATE_VERSION_TABLE, SqlStore, statements
+from gateway.store.schema import COMPONENT, CREATE_VERSION_TABLE, MIGRATIONS, SqlStore, statements
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +46,8 @@ class PostgresResponseStore(SqlStore):
 
     sql = statements("%s")
     driver_errors = psycopg.Error
+    dialect = "postgresql"
+    mark = "%s"
 
     def __init__(
         self, url: str, bounds: StoreBounds, *, pool_size: int = POOL_SIZE, timeout: float = POOL_TIMEOUT
@@ -102,6 +104,9 @@ class PostgresResponseStore(SqlStore):
             await conn.execute(self.sql.evict, (self.bounds.max_responses,))
 
     async def _migrate(self) -> None:
+        await self.migrate(COMPONENT, MIGRATIONS)
+
+    async def migrate(self, component: str, migrations: tuple[tuple[str, ...], ...]) -> None:
         async with (
             await psycopg.AsyncConnection.connect(self.url, **_CONNECTION_OPTIONS) as conn,
             conn.transaction(),
@@ -112,11 +117,16 @@ class PostgresResponseStore(SqlStore):
             _, exists = await _run(conn, "SELECT to_regclass('gateway_schema') IS NOT NULL", None)
             if exists is None or not exists[0]:
                 await conn.execute(CREATE_VERSION_TABLE)
-            await self._apply_migrations(lambda sql, params: _run(conn, sql, params))
+            await self._apply_migrations(lambda sql, params: _run(conn, sql, params), component, migrations)
 
     async def _execute(self, sql: str, params: tuple[object, ...] | None = None) -> tuple[int, Any]:
         async with self._connections().connection() as conn:
             return await _run(conn, sql, params)
+
+    async def _fetch_all(self, sql: str, params: tuple[object, ...]) -> list[tuple[Any, ...]]:
+        async with self._connections().connection() as conn:
+            cursor = await conn.execute(sql, params)
+            return [tuple(row) for row in await cursor.fetchall()] if cursor.description else []
 
     def _connections(self) -> AsyncConnectionPool[psycopg.AsyncConnection[Any]]:
         if self._pool is None:

@@ -90,6 +90,10 @@ class SqlStore:
 
     sql: ClassVar[Statements]
     driver_errors: ClassVar[type[Exception]]
+    dialect: str
+    """``sqlite`` or ``postgresql``: which SQL another component's statements are written in."""
+    mark: str
+    """The driver's parameter mark (``?``, ``%s``)."""
 
     def __init__(self, bounds: StoreBounds) -> None:
         self.bounds = bounds
@@ -134,18 +138,46 @@ class SqlStore:
             logger.warning("responses store: could not %s a response: %s", action, exc)
             raise ResponseStoreError(f"the responses store could not {action} the response: {exc}") from exc
 
-    async def _apply_migrations(self, execute: Execute) -> None:
-        """Bring the schema to :data:`SCHEMA_VERSION`, inside the caller's locked transaction."""
-        _, row = await execute(self.sql.version, (COMPONENT,))
+    async def execute(self, sql: str, params: tuple[object, ...] = ()) -> int:
+        """Run one statement for another component on this store's connection (the jobs'
+        tables): the rows it changed. A driver's error is a :class:`ResponseStoreError`."""
+        try:
+            changed, _ = await self._execute(sql, params)
+        except self.driver_errors as exc:
+            raise ResponseStoreError(f"the store could not run a statement: {exc}") from exc
+        return changed
+
+    async def fetch_all(self, sql: str, params: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
+        """Every row one statement returns (a SELECT, or a write with RETURNING), as
+        :meth:`execute` runs it."""
+        try:
+            return await self._fetch_all(sql, params)
+        except self.driver_errors as exc:
+            raise ResponseStoreError(f"the store could not run a statement: {exc}") from exc
+
+    async def _fetch_all(self, sql: str, params: tuple[object, ...]) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    async def migrate(self, component: str, migrations: tuple[tuple[str, ...], ...]) -> None:
+        """Bring ``component``'s tables to ``len(migrations)``, as the store's own are at start
+        (locked, once among replicas starting together)."""
+        raise NotImplementedError
+
+    async def _apply_migrations(
+        self, execute: Execute, component: str = COMPONENT, migrations: tuple[tuple[str, ...], ...] = MIGRATIONS
+    ) -> None:
+        """Bring ``component``'s schema to ``len(migrations)``, inside the caller's locked transaction."""
+        latest = len(migrations)
+        _, row = await execute(self.sql.version, (component,))
         version = int(row[0]) if row is not None else 0
-        if version > SCHEMA_VERSION:
+        if version > latest:
             raise ResponseStoreError(
-                f"the responses store's schema is at version {version}, written by a newer gateway; this one "
-                f"knows up to version {SCHEMA_VERSION}: upgrade this gateway or point it at another store"
+                f"the store's {component} schema is at version {version}, written by a newer gateway; this one "
+                f"knows up to version {latest}: upgrade this gateway or point it at another store"
             )
-        if version == SCHEMA_VERSION:
+        if version == latest:
             return
-        for migration in MIGRATIONS[version:]:
+        for migration in migrations[version:]:
             for statement in migration:
                 await execute(statement, None)
-        await execute(self.sql.set_version, (COMPONENT, SCHEMA_VERSION))
+        await execute(self.sql.set_version, (component, latest))

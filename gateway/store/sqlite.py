@@ -27,7 +27,7 @@ from typing import Any
 import aiosqlite
 
 from gateway.store.base import ResponseStoreError, StoreBounds
-from gateway.store.schema import CREATE_VERSION_TABLE, SqlStore, statements
+from gateway.store.schema import COMPONENT, CREATE_VERSION_TABLE, MIGRATIONS, SqlStore, statements
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +40,8 @@ class SqliteResponseStore(SqlStore):
 
     sql = statements("?", no_limit="LIMIT -1 ")
     driver_errors = sqlite3.Error
+    dialect = "sqlite"
+    mark = "?"
 
     def __init__(self, path: Path, bounds: StoreBounds) -> None:
         super().__init__(bounds)
@@ -80,13 +82,17 @@ class SqliteResponseStore(SqlStore):
         await self._execute(self.sql.evict, (self.bounds.max_responses,))
 
     async def _migrate(self) -> None:
+        await self.migrate(COMPONENT, MIGRATIONS)
+
+    async def migrate(self, component: str, migrations: tuple[tuple[str, ...], ...]) -> None:
         db = self._connection()
         # IMMEDIATE takes the write lock now: a second process starting on the same file waits
-        # here (busy timeout) and then finds the schema already at its version
+        # here (busy timeout) and then finds the schema already at its version. Nothing else uses
+        # the connection meanwhile: migrations run at start, before any request.
         await db.execute("BEGIN IMMEDIATE")
         try:
             await self._execute(CREATE_VERSION_TABLE)
-            await self._apply_migrations(self._execute)
+            await self._apply_migrations(self._execute, component, migrations)
         except BaseException:
             if db.in_transaction:
                 await db.execute("ROLLBACK")
@@ -110,6 +116,10 @@ class SqliteResponseStore(SqlStore):
     async def _execute(self, sql: str, params: tuple[object, ...] | None = None) -> tuple[int, Any]:
         async with self._connection().execute(sql, params) as cursor:
             return cursor.rowcount, await cursor.fetchone() if cursor.description else None
+
+    async def _fetch_all(self, sql: str, params: tuple[object, ...]) -> list[tuple[Any, ...]]:
+        async with self._connection().execute(sql, params) as cursor:
+            return [tuple(row) for row in await cursor.fetchall()]
 
     def _connection(self) -> aiosqlite.Connection:
         if self._db is None:

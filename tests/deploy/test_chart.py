@@ -63,7 +63,12 @@ STORE_MOUNT = "/var/lib/triton-openai-gateway"  # the image's state directory (D
 STORE_SECRET = {"responsesStore": {"existingSecret": "gateway-store", "secretKey": "postgres-url"}}
 # Several pods need a store they share: PostgreSQL, its URL from a Secret.
 AUTOSCALED = merge_values(
-    STORE_SECRET, {"autoscaling": {"enabled": True}, "responsesStore": {"ttl": 86400, "max": 50000}}
+    STORE_SECRET,
+    {
+        "autoscaling": {"enabled": True},
+        "responsesStore": {"ttl": 86400, "max": 50000},
+        "batches": {"concurrency": 32, "maxConcurrency": 4, "maxFileBytes": 104857600, "retention": 604800},
+    },
 )
 THREE_REPLICAS = merge_values(STORE_SECRET, {"gateway": {"replicaCount": 3}})
 MONITORING = {"gateway": {"metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}}}}
@@ -393,6 +398,10 @@ def test_optional_settings_are_set_only_when_given(rendered: dict[str, Rendered]
         "GATEWAY_ROUTING_LOAD_FACTOR",
         "GATEWAY_TRITON_RESOLVE_INTERVAL",
         "GATEWAY_STREAM_COALESCE_INTERVAL",
+        "GATEWAY_BATCH_CONCURRENCY",
+        "GATEWAY_BATCH_MAX_CONCURRENCY",
+        "GATEWAY_BATCH_MAX_FILE_BYTES",
+        "GATEWAY_JOBS_RETENTION",
     ):
         assert unset not in defaults
     custom = _settings(rendered["custom-ports"])
@@ -919,6 +928,17 @@ def test_store_bounds_reach_the_gateway_as_it_parses_them(rendered: dict[str, Re
         responses_store_max=settings["GATEWAY_RESPONSES_STORE_MAX"],
     )
     assert parsed.responses_store_ttl == 86400.0 and parsed.responses_store_max == 50000
+
+
+def test_batch_settings_reach_the_gateway_as_it_parses_them(rendered: dict[str, Rendered]) -> None:
+    from gateway.config import Settings
+
+    settings = _settings(rendered["autoscaled"])
+    names = ("batch_runner", "batch_concurrency", "batch_max_concurrency", "batch_max_file_bytes", "jobs_retention")
+    parsed = Settings(**{name: settings[f"GATEWAY_{name.upper()}"] for name in names})
+    assert parsed.batch_runner is True and parsed.batch_concurrency == 32 and parsed.batch_max_concurrency == 4
+    assert parsed.batch_max_file_bytes == 104857600 and parsed.jobs_retention == 604800.0
+    assert _settings(rendered["defaults"])["GATEWAY_BATCH_RUNNER"] == "true"
 
 
 def test_passwordless_postgres_url_may_sit_in_the_configmap_for_several_pods(rendered: dict[str, Rendered]) -> None:

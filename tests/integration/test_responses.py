@@ -439,7 +439,7 @@ def test_a_backend_error_mid_stream_is_response_failed(gateway: GatewayProcess, 
 def test_bad_requests_are_400s_naming_the_field(client: openai.OpenAI) -> None:
     cases: list[tuple[dict[str, Any], str]] = [
         ({"tools": [{"type": "custom", "name": "patch"}]}, "tools.0.type"),
-        ({"background": True}, "background"),
+        ({"background": True, "store": False}, "background"),
         (
             {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "x"}]}]},
             "input.0.content.0.type",

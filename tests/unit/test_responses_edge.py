@@ -243,7 +243,7 @@ async def test_a_chain_renders_history_and_the_store_serves_it(tmp_path: Path) -
 @pytest.mark.parametrize(
     ("extra", "param"),
     [
-        ({"background": True}, "background"),
+        ({"background": True, "store": False}, "background"),
         ({"reasoning": {"effort": "extreme"}}, "reasoning.effort"),
         ({"tools": [{"type": "custom", "name": "patch"}]}, "tools.0.type"),
         (

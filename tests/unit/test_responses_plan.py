@@ -310,7 +310,7 @@ def test_the_chat_request_carries_the_same_meaning() -> None:
 @pytest.mark.parametrize(
     ("fields", "param"),
     [
-        ({"background": True}, "background"),
+        ({"background": True, "store": False}, "background"),
         ({"top_logprobs": 2}, "top_logprobs"),
         ({"prompt": {"id": "pmpt_1"}}, "prompt"),
         ({"conversation": "conv_1"}, "conversation"),

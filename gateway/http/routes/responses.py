@@ -1,6 +1,6 @@
 """The Responses API: ``POST /v1/responses``, the stored responses by id (retrieve, delete,
-list input items), each visible only to the API key that created it, and the count of a
-request's input tokens."""
+list input items; a background response's events streamed again, its cancel), each visible only
+to the API key that created it, and the count of a request's input tokens."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from starlette.responses import Response
 
 from gateway.errors import InvalidRequestError, ResponseNotFoundError
 from gateway.http.answer import respond
+from gateway.http.background_answer import cancel_background, forget_background, start_background, stream_background
 from gateway.http.deps import ComponentsDep, request_context
 from gateway.http.json_response import JSONBytesResponse
 from gateway.http.responses_answer import ResponsesAnswer
@@ -42,8 +43,11 @@ async def create_response(body: ResponsesRequest, request: Request, components: 
         components.images,
         components.seal,
     )
-    answer = ResponsesAnswer(plan, components.store, components.seal)
-    response = await respond(request, components.service, plan.generation, components.settings, answer)
+    if plan.background:
+        response = await start_background(request, components, plan, stream=body.stream)
+    else:
+        answer = ResponsesAnswer(plan, components.store, components.seal)
+        response = await respond(request, components.service, plan.generation, components.settings, answer)
     if plan.tools.ignored:  # built-in tools the model was not offered: said where a client can see it
         response.headers[IGNORED_TOOLS_HEADER] = ",".join(plan.tools.ignored)
     return response
@@ -61,19 +65,37 @@ async def count_response_input_tokens(
     return JSONBytesResponse(input_tokens_object(count))
 
 
-@router.get("/v1/responses/{response_id}")
-async def retrieve_response(response_id: str, request: Request, components: ComponentsDep) -> JSONBytesResponse:
-    if request.query_params.get("stream", "false").lower() != "false":
-        raise InvalidRequestError("streaming a stored response again is not supported", param="stream")
+@router.get("/v1/responses/{response_id}", response_model=None)
+async def retrieve_response(response_id: str, request: Request, components: ComponentsDep) -> Response:
+    """The stored object; with ``stream=true``, a background response's events after
+    ``starting_after`` (all of them without it), then the live ones."""
+    query = request.query_params
+    stream = query.get("stream", "false").lower()
+    if stream not in ("true", "false"):
+        raise InvalidRequestError(f"stream must be true or false, got {query.get('stream')!r}", param="stream")
+    after = query.get("starting_after")
+    if after is not None and not (after.isascii() and after.isdigit()):
+        raise InvalidRequestError(
+            f"starting_after must be a non-negative integer, got {after!r}", param="starting_after"
+        )
     stored = await find_response(components.store, response_id, request_owner(request.scope))
+    if stream == "true":
+        return stream_background(components, stored, -1 if after is None else int(after))
     return JSONBytesResponse(stored.response)
+
+
+@router.post("/v1/responses/{response_id}/cancel")
+async def cancel_response(response_id: str, request: Request, components: ComponentsDep) -> JSONBytesResponse:
+    stored = await find_response(components.store, response_id, request_owner(request.scope))
+    return JSONBytesResponse(await cancel_background(components, stored))
 
 
 @router.delete("/v1/responses/{response_id}")
 async def delete_response(response_id: str, request: Request, components: ComponentsDep) -> JSONBytesResponse:
-    store = components.store
-    if store is None or not await store.delete(response_id, request_owner(request.scope)):
+    store, owner = components.store, request_owner(request.scope)
+    if store is None or not await store.delete(response_id, owner):
         raise not_found(response_id, store)
+    forget_background(components, response_id, owner)
     return JSONBytesResponse(deleted_object(response_id))
 
 
