@@ -1,8 +1,8 @@
 """What the Batch API keeps: files, batches and their lines, as the store hands them back.
 
 Plain records: ``openai.batches_encode`` turns them into OpenAI's objects, ``jobs.store`` into
-rows. Statuses are OpenAI's (``validating`` is never seen: a file is checked when it is
-uploaded, so a batch starts ``in_progress``).
+rows. Statuses are OpenAI's; a file is checked when it is uploaded, so a batch is ``validating``
+only while its lines are written, and never ``failed``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-BatchStatus = Literal["in_progress", "finalizing", "completed", "expired", "cancelling", "cancelled"]
+BatchStatus = Literal["validating", "in_progress", "finalizing", "completed", "expired", "cancelling", "cancelled"]
 FINAL_STATUSES: frozenset[str] = frozenset({"completed", "expired", "cancelled"})
 
 LineState = Literal["pending", "done", "error", "cancelled", "expired"]

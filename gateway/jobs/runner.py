@@ -172,6 +172,8 @@ class BatchRunner:
         free = settings.batch_concurrency - len(self._running)
         if settings.batch_runner and free > 0:
             for leased in await self.store.lease(self.name, now, lease, free, settings.batch_max_concurrency):
+                if (leased.batch_id, leased.line) in self._running:
+                    continue  # still running here, its lease run out while turns stalled: live again
                 self._start_line(leased)
         if self._leased and now - self._renewed >= lease / 3:
             self._renewed = now

@@ -91,6 +91,10 @@ INSERT_CHUNK = 200
 """Lines per INSERT when a batch is created: one statement each, so a 50,000-line batch is a few
 hundred round trips, not 50,000."""
 
+ABANDONED_CREATION = 3600.0
+"""Seconds after which a batch still ``validating`` is one whose creation was cut short (a
+gateway that died while writing its lines): deleted with them by ``prune``."""
+
 DONE_STATES = ("done", "error", "cancelled", "expired")
 
 _BATCH_COLUMNS = (
@@ -200,9 +204,31 @@ class JobStore:
     # -- batches -----------------------------------------------------------------------------
 
     async def create_batch(self, record: BatchRecord, lines: Sequence[InputLine], retain_until: float) -> None:
-        """The lines first, then the batch row: runners lease only lines of a batch row that is
-        ``in_progress``, so a creation cut short leaves only lines nobody runs (pruned)."""
+        """The batch row first, ``validating``, then its lines, then ``record.status``: runners
+        lease only lines of a batch ``in_progress``, so a creation cut short leaves a batch that
+        stays ``validating`` and runs nothing, and ``prune`` deletes it with its lines once it is
+        older than ``ABANDONED_CREATION``."""
         p = self._p
+        await self.db.execute(
+            f"INSERT INTO gateway_batches ({_BATCH_COLUMNS}, retain_until) VALUES ({', '.join([p] * 15)})",
+            (
+                record.id,
+                record.owner,
+                record.endpoint,
+                record.input_file_id,
+                record.completion_window,
+                "validating",
+                record.created_at,
+                record.expires_at,
+                record.max_concurrency,
+                None if record.metadata is None else json.dumps(record.metadata),
+                json.dumps(record.times),
+                len(lines),
+                None,
+                None,
+                retain_until,
+            ),
+        )
         for start in range(0, len(lines), INSERT_CHUNK):
             chunk = lines[start : start + INSERT_CHUNK]
             values = ", ".join(f"({p}, {p}, {p}, {p}, {p}, 'pending', 0)" for _ in chunk)
@@ -215,24 +241,8 @@ class JobStore:
                 tuple(params),
             )
         await self.db.execute(
-            f"INSERT INTO gateway_batches ({_BATCH_COLUMNS}, retain_until) VALUES ({', '.join([p] * 15)})",
-            (
-                record.id,
-                record.owner,
-                record.endpoint,
-                record.input_file_id,
-                record.completion_window,
-                record.status,
-                record.created_at,
-                record.expires_at,
-                record.max_concurrency,
-                None if record.metadata is None else json.dumps(record.metadata),
-                json.dumps(record.times),
-                len(lines),
-                None,
-                None,
-                retain_until,
-            ),
+            f"UPDATE gateway_batches SET status = {p} WHERE id = {p} AND status = 'validating'",
+            (record.status, record.id),
         )
 
     async def get_batch(self, batch_id: str, owner: str) -> BatchRecord | None:
@@ -484,13 +494,14 @@ class JobStore:
     # -- housekeeping ------------------------------------------------------------------------
 
     async def prune(self, now: float) -> None:
-        """Delete expired files, and closed batches past their retention with their lines."""
+        """Delete expired files, closed batches past their retention and batches whose creation
+        was cut short, with their lines."""
         p = self._p
         await self.db.execute(f"DELETE FROM gateway_files WHERE expires_at IS NOT NULL AND expires_at <= {p}", (now,))
         old = await self.db.fetch_all(
-            f"SELECT id FROM gateway_batches WHERE retain_until <= {p} AND status IN ('completed', 'expired', "
-            "'cancelled')",
-            (now,),
+            f"SELECT id FROM gateway_batches WHERE (retain_until <= {p} AND status IN ('completed', 'expired', "
+            f"'cancelled')) OR (status = 'validating' AND created_at <= {p})",
+            (now, now - ABANDONED_CREATION),
         )
         for (batch_id,) in old:
             await self.db.execute(f"DELETE FROM gateway_batch_lines WHERE batch_id = {p}", (batch_id,))
