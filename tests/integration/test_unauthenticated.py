@@ -76,6 +76,7 @@ def declared_routes() -> list[tuple[str, set[str]]]:
         assert path is not None
         methods = set(getattr(context.original_route, "methods", None) or {"GET"})
         filled = path.replace("{model_id:path}", "tiny-llm:alpha").replace("{response_id}", "resp_1")
+        filled = filled.replace("{file_id}", "file-1").replace("{batch_id}", "batch_1")
         assert "{" not in filled, f"a parameter this walk does not fill: {path}"
         routes.append((filled, methods))
     assert {path for path, _ in routes} >= {"/v1/chat/completions", "/v1/messages", "/metrics", "/docs", *PROBES}
