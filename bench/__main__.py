@@ -10,6 +10,8 @@ Subcommands (each starts its own tritonserver and gateways, and stops them whate
 * ``embeddings``: inputs/s through ``/v1/embeddings`` at several batch sizes, against the floor.
 * ``fairness``: a quiet key's and a critical request's TTFT under another key's flood, fair
   scheduling against fifo; the scheduler's µs per request in process.
+* ``batch``: interactive chat's TTFT alone and while a large batch runs; the batch's throughput
+  on the capacity it is left, against plain requests at its concurrency.
 
 ``--variant NAME=TREE_PATH[:ENV=VAL,...]`` (repeatable) names the gateways to compare; the
 default is the repository itself, ``this``.
@@ -159,6 +161,31 @@ def parser() -> argparse.ArgumentParser:
     fairness.add_argument("--micro-flows", type=ints, default=[2, 64], help="flows the waiters come from")
     fairness.add_argument("--micro-requests", type=int, default=2000, help="requests per measurement")
     fairness.add_argument("--micro-rounds", type=int, default=5, help="measurements per mode, alternated")
+    batch = command(
+        "batch",
+        "interactive chat's TTFT alone and while a large batch runs (alternated rounds); "
+        "the batch's throughput alone against plain requests at its concurrency",
+    )
+    batch.set_defaults(repeat=2)
+    batch.add_argument("--slots", type=int, default=8, help="GATEWAY_MAX_CONCURRENT_REQUESTS (the model's slots)")
+    batch.add_argument("--headroom", type=float, default=0.1, help="GATEWAY_SCHEDULING_HEADROOM")
+    batch.add_argument("--concurrency", type=int, default=4, help="interactive users streaming back to back")
+    batch.add_argument("--max-tokens", type=int, default=32, help="tokens per interactive request")
+    batch.add_argument("--lines", type=int, default=3000, help="lines per batch")
+    batch.add_argument("--line-max-tokens", type=int, default=16, help="tokens per batch line")
+    batch.add_argument("--batch-concurrency", type=int, default=16, help="GATEWAY_BATCH_CONCURRENCY")
+    batch.add_argument("--batch-max-concurrency", type=int, default=8, help="GATEWAY_BATCH_MAX_CONCURRENCY")
+    batch.add_argument("--poll-interval", type=float, default=1.0, help="GATEWAY_BATCH_POLL_INTERVAL")
+    batch.add_argument(
+        "--control",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also a window beside plain requests as many as the batch can run in the free slots",
+    )
+    batch.add_argument("--duration", type=float, default=25.0, help="measured seconds per interactive window")
+    batch.add_argument(
+        "--alone", type=float, default=20.0, help="seconds the last batch is measured alone, and plain requests"
+    )
     return top
 
 
@@ -204,6 +231,10 @@ def run(args: argparse.Namespace, variants: list[Variant], report: Report) -> in
         from bench import fairness
 
         fairness.run(args, variants, report)
+    elif args.command == "batch":
+        from bench import batch
+
+        batch.run(args, variants, report)
     else:
         from bench import micro
 
