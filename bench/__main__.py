@@ -169,6 +169,7 @@ def parser() -> argparse.ArgumentParser:
     batch.set_defaults(repeat=2)
     batch.add_argument("--slots", type=int, default=8, help="GATEWAY_MAX_CONCURRENT_REQUESTS (the model's slots)")
     batch.add_argument("--headroom", type=float, default=0.1, help="GATEWAY_SCHEDULING_HEADROOM")
+    batch.add_argument("--shed-share", type=float, default=0.25, help="GATEWAY_SHED_SHARE")
     batch.add_argument("--concurrency", type=int, default=4, help="interactive users streaming back to back")
     batch.add_argument("--max-tokens", type=int, default=32, help="tokens per interactive request")
     batch.add_argument("--lines", type=int, default=3000, help="lines per batch")

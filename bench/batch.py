@@ -3,8 +3,10 @@ batch go on the capacity it is left?
 
 One tritonserver (the reference ``tiny-llm``) and one gateway on it, with its store (SQLite) in a
 temporary folder and ``--slots`` slots for the model. Batch lines run in the ``jobs_priority``
-band, which the scheduler sheds whenever every slot is busy, so a line takes a slot only while one
-is free and interactive requests never queue behind one (they may also take the headroom slots).
+band, which the scheduler sheds whenever no slot is free to it, so a line takes a slot only while one
+is free, and while interactive requests run, only up to the shed bands' share (``--shed-share``,
+rounded down, one at least): interactive requests never queue behind a line, and the batch leaves
+a busy model mostly to them.
 
 Every round (``--repeat``, alternated A B A B ... so a slow stretch of the shared machine falls
 on every phase alike):
@@ -13,7 +15,7 @@ on every phase alike):
   p50/p99 and completion tokens/s;
 * ``plain`` (the control, ``--no-control`` skips it): the same users beside as many users of plain
   non-streaming requests with a line's body as the batch can hold slots in the ones left free
-  (``min(batch_concurrency, batch_max_concurrency, slots - concurrency)``): the load the batch
+  (``min(batch_concurrency, batch_max_concurrency, slots - concurrency, the share)``): the load the batch
   adds, without the batch, so what the batch costs beyond it is the batch's own;
 * ``batch`` (B): a batch of ``--lines`` chat lines is uploaded and created, and once the runner
   holds lines, the same users for the same window. A watcher reads the batch and ``/metrics``
@@ -42,6 +44,7 @@ decode (vLLM, TensorRT-LLM on a GPU) pays far less per added sequence. With ``--
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 import statistics
 import tempfile
@@ -329,6 +332,7 @@ def gateway_env(base: Variant, args: Any, store: Path) -> Variant:
         "GATEWAY_RESPONSES_STORE": f"sqlite:///{store}",
         "GATEWAY_MAX_CONCURRENT_REQUESTS": str(args.slots),
         "GATEWAY_SCHEDULING_HEADROOM": str(args.headroom),
+        "GATEWAY_SHED_SHARE": str(args.shed_share),
         "GATEWAY_BATCH_CONCURRENCY": str(args.batch_concurrency),
         "GATEWAY_BATCH_MAX_CONCURRENCY": str(args.batch_max_concurrency),
         "GATEWAY_BATCH_POLL_INTERVAL": str(args.poll_interval),
@@ -461,11 +465,12 @@ async def scenario(stack: Stack, args: Any) -> dict[str, Any]:
 
 
 def control_users(args: Any) -> int:
-    """The control's users: as many as the batch can hold slots, in the slots the interactive
-    users leave free (0: no control)."""
+    """The control's users: as many as the batch can hold slots beside the interactive users, in
+    the slots they leave free and within the shed bands' share (0: no control)."""
     if not args.control:
         return 0
-    return max(0, int(min(args.batch_concurrency, args.batch_max_concurrency, args.slots - args.concurrency)))
+    share = max(1, math.floor(args.slots * args.shed_share))
+    return max(0, int(min(args.batch_concurrency, args.batch_max_concurrency, args.slots - args.concurrency, share)))
 
 
 async def warm(api: BatchApi, port: int, args: Any) -> None:
@@ -478,7 +483,7 @@ async def warm(api: BatchApi, port: int, args: Any) -> None:
 
 
 SETTINGS = (
-    "slots headroom concurrency max_tokens lines line_max_tokens batch_concurrency batch_max_concurrency "
+    "slots headroom shed_share concurrency max_tokens lines line_max_tokens batch_concurrency batch_max_concurrency "
     "poll_interval duration alone repeat control"
 ).split()
 """The knobs a report records."""
@@ -580,7 +585,9 @@ def write(report: Report, results: dict[str, Any], args: Any) -> None:
         f"{args.duration:g} s windows, {args.repeat} round(s) alternated (alone, plain, batch). 'batch': a batch of "
         f"{args.lines} chat lines of {args.line_max_tokens} tokens created just before the window; the gateway "
         f"runs {args.batch_concurrency} lines at most, {args.batch_max_concurrency} of one batch, in the "
-        f"sheddable band (a slot only while one is free); headroom {args.headroom:g}. TTFT is the client's, "
+        f"sheddable band (a slot only while one is free, and beside interactive requests at most "
+        f"{max(1, math.floor(args.slots * args.shed_share))}: shed share {args.shed_share:g}); "
+        f"headroom {args.headroom:g}. TTFT is the client's, "
         "from writing the request to the first token; tokens/s, the completion tokens of the requests that "
         "ended in the window. `tiny-llm` steps one sequence at a time, so every slot the batch holds slows "
         "each interactive stream (the module's docstring says why that is the model's, not the gateway's).",

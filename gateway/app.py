@@ -180,6 +180,7 @@ def build_parts(settings: Settings, backend: Backend | None) -> AppParts:
         policy=settings.scheduling,
         headroom=settings.scheduling_headroom,
         shed_priority=settings.shed_priority,
+        shed_share=settings.shed_share,
         band_queue_sizes=settings.band_queue_sizes,
     )
     admission = Admission(lambda model: settings.limits_for(model)[:2], settings.queue_timeout, rules)

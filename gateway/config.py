@@ -358,6 +358,13 @@ class Settings(BaseSettings):
     at once with 429 and ``Retry-After`` when every slot of the model is busy, never queued. A
     number above every priority in use (2147483647) sheds nothing."""
 
+    shed_share: float = Field(default=0.25, ge=0.0, le=1.0)
+    """The most of a model's slots (this fraction, rounded down, one at least) requests of a shed
+    priority (``shed_priority`` and less urgent: batch lines, background responses, sheddable
+    requests) hold while a more urgent request runs. With nothing more urgent running they take
+    every free slot: a batch fills an idle model and leaves a busy one mostly to interactive
+    requests, which every sequence it adds would slow. 1: every free slot always."""
+
     band_queue_sizes: dict[int, int] = Field(default_factory=dict)
     """A cap on the waiting requests of each listed priority, per model, e.g. ``{"0": 256}``
     (``max_queue_size`` still caps them all). A full queue gives the place of the newest waiter

@@ -42,6 +42,9 @@ class SchedulingRules:
     urgent bands; ``fair`` only."""
     shed_priority: int | None = None
     """Bands at or above it are refused at once when no slot is free; None: none is."""
+    shed_share: float = 1.0
+    """The most of the slots (a fraction, rounded down, one at least) those bands may hold while a
+    more urgent request runs; with nothing more urgent running they may take every free slot."""
     band_queue_sizes: Mapping[int, int] = field(default_factory=dict)
     """A cap on each listed band's waiters (the model's queue size caps them all)."""
 
@@ -94,14 +97,34 @@ class ModelGate:
         total = self._active_weight + (0.0 if self._active[flow] else claim.weight)
         return self.running_flows[flow] < self.limit * claim.weight / total
 
+    def _shed_band(self, claim: Claim) -> bool:
+        shed = self.rules.shed_priority
+        return shed is not None and claim.band >= shed
+
+    def _within_shed_share(self) -> bool:
+        """Whether a request of a shed band may take a free slot: the model is idle to it (only
+        shed bands run), or they hold less than their share. Work no client waits on (batch
+        lines) then fills an idle model, but leaves most of a busy one to the requests that run
+        on it, which every sequence it adds would slow."""
+        shed = self.rules.shed_priority
+        assert shed is not None
+        held = sum(count for band, count in self.running_bands.items() if band >= shed)
+        if held >= self.running or self.limit <= 0:
+            return True
+        return held < max(1, math.floor(self.limit * self.rules.shed_share))
+
     def admit_now(self, adapter: str | None, claim: Claim) -> float | None:
-        """A slot at once when one is free to this claim (its expected cost), else None."""
-        if (self._has_room() and not self._queue.live) or (self._headroom and self._may_borrow(claim)):
-            self._join(claim)
-            self._take(claim)
-            self._taken(adapter)
-            return self._queue.account(claim)
-        return None
+        """A slot at once when one is free to this claim (its expected cost), else None. A shed
+        band's request takes only a free slot within its share, never a headroom one."""
+        if self._shed_band(claim):
+            if not (self._has_room() and not self._queue.live and self._within_shed_share()):
+                return None
+        elif not ((self._has_room() and not self._queue.live) or (self._headroom and self._may_borrow(claim))):
+            return None
+        self._join(claim)
+        self._take(claim)
+        self._taken(adapter)
+        return self._queue.account(claim)
 
     async def acquire(self, adapter: str | None, claim: Claim, timeout: float, remaining: float | None) -> float:
         """Take a slot, waiting in line if needed; returns the request's expected cost (what
@@ -159,8 +182,8 @@ class ModelGate:
         rules = self.rules
         if rules.shed_priority is not None and claim.band >= rules.shed_priority:
             raise QueueRefusedError(
-                f"Every slot of this model is busy and requests of priority {claim.band} are shed, not queued; "
-                "retry shortly.",
+                f"No slot of this model is free to requests of priority {claim.band} (every slot is busy, or "
+                "their share is taken while more urgent requests run), and they are shed, not queued; retry shortly.",
                 reason="sheddable",
                 code="sheddable_saturated",
             )

@@ -133,6 +133,29 @@ async def test_a_sheddable_request_is_refused_at_once_when_saturated_and_runs_wh
     (await gates.acquire("m", None, claim=of("a", band=1))).release()
 
 
+async def test_shed_bands_fill_an_idle_model_but_hold_only_their_share_beside_more_urgent_requests() -> None:
+    gates = admission(8, 10, shed_priority=1, shed_share=0.25, headroom=0.5, policy="fair")
+    batch = [await gates.acquire("m", None, claim=of("batch", band=1)) for _ in range(8)]  # idle: all 8
+    with pytest.raises(QueueRefusedError):
+        await gates.acquire("m", None, claim=of("batch", band=1))
+    for ticket in batch[2:]:
+        ticket.release()
+    chat = await gates.acquire("m", None, claim=of("chat"))  # something more urgent runs now
+    with pytest.raises(QueueRefusedError) as refused:  # 2 held = floor(8 * 0.25): the share is taken
+        await gates.acquire("m", None, claim=of("batch", band=1))
+    assert refused.value.reason == "sheddable" and "share" in refused.value.message
+    batch[0].release()
+    third = await gates.acquire("m", None, claim=of("batch", band=1))  # back within its share
+    assert gates.gate("m").running == 3
+    chat.release()
+    rest = [await gates.acquire("m", None, claim=of("batch", band=1)) for _ in range(6)]  # idle again: up to 8
+    assert gates.gate("m").running == 8
+    with pytest.raises(QueueRefusedError):  # a shed band never takes the headroom's slots
+        await gates.acquire("m", None, claim=of("other", band=1))
+    for ticket in (batch[1], third, *rest):
+        ticket.release()
+
+
 async def test_a_deadline_the_queue_cannot_meet_is_refused_at_once() -> None:
     gates = admission(1, 10)
     ticket = await gates.acquire("m", None)
