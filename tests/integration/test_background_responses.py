@@ -5,7 +5,6 @@ from another gateway on the same store, and stored ``failed`` when their gateway
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ import pytest
 from gateway.keys.hash import hash_key
 from gateway.triton_launcher import TritonServer
 from tests.integration.conftest import MODEL, GatewayProcess, read_metric, start_gateway, stop_gateway, wait_for
-from tests.integration.test_responses import SCRIPTED, script, slow_script
+from tests.integration.test_responses import SCRIPTED, events_of, script, slow_script
 
 RUNNING = ("queued", "in_progress")
 KEY = "sk-background"
@@ -36,19 +35,6 @@ def scripted_counts(triton: TritonServer) -> tuple[float, float]:
 
 def status_of(url: str, response_id: str, headers: dict[str, str] | None = None) -> str:
     return str(httpx.get(f"{url}/v1/responses/{response_id}", headers=headers, timeout=10).json()["status"])
-
-
-def events_of(raw: str) -> list[dict[str, Any]]:
-    """SSE events framed as the Responses stream frames them: named, the name the JSON's type."""
-    out = []
-    for block in raw.split("\n\n"):
-        if not block or block.startswith(":"):
-            continue
-        name, data = block.split("\n")
-        event = json.loads(data.removeprefix("data: "))
-        assert name == f"event: {event['type']}", block
-        out.append(event)
-    return out
 
 
 def deltas(events: list[Any]) -> str:

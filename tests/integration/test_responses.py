@@ -82,13 +82,18 @@ def prompt_of(response: Any) -> str:
 
 def raw_events(gateway: GatewayProcess, body: dict[str, Any], headers: dict[str, str] | None = None) -> list[Any]:
     """The SSE events of a streamed request, read raw: each named, its name its JSON's type."""
-    events = []
     with httpx.stream(
         "POST", gateway.url + "/v1/responses", json={**body, "stream": True}, headers=headers, timeout=60
     ) as response:
         assert response.status_code == 200, response.read()
         assert response.headers["content-type"].startswith("text/event-stream")
         raw = response.read().decode()
+    return events_of(raw)
+
+
+def events_of(raw: str) -> list[dict[str, Any]]:
+    """SSE events framed as the Responses stream frames them: named, the name the JSON's type."""
+    events = []
     for block in raw.split("\n\n"):
         if not block or block.startswith(":"):
             continue
