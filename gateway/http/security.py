@@ -214,7 +214,9 @@ class ApiKeyMiddleware:
 class BodySizeLimitMiddleware:
     """413 for bodies over the limit: at once from ``Content-Length``, else while reading a chunked
     body. The body is read here (it is small JSON that the app reads whole anyway) and replayed to
-    the app, so an oversized body never reaches the request parser, which would call it a 400."""
+    the app, so an oversized body never reaches the request parser, which would call it a 400.
+    A path with a limit of its own (an upload) is not read here but counted as the app reads it,
+    so a large upload is not held whole in memory before its route streams it to a file."""
 
     def __init__(self, app: ASGIApp, limit: int, limits_by_path: Mapping[str, int] | None = None) -> None:
         self.app = app
@@ -224,6 +226,21 @@ class BodySizeLimitMiddleware:
 
     def _error(self, limit: int) -> PayloadTooLargeError:
         return PayloadTooLargeError(f"The request body is larger than the {limit} bytes this gateway accepts.")
+
+    def _counting(self, receive: Receive, limit: int) -> Receive:
+        """``receive``, raising the 413 once more than ``limit`` bytes came (the route lets it through)."""
+        size = 0
+
+        async def counted() -> Message:
+            nonlocal size
+            message = await receive()
+            if message["type"] == "http.request":
+                size += len(message.get("body", b""))
+                if size > limit:
+                    raise self._error(limit)
+            return message
+
+        return counted
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
@@ -236,6 +253,9 @@ class BodySizeLimitMiddleware:
                     await send_error(send, self._error(limit), scope["path"])
                     return
                 break
+        if scope["path"] in self.limits_by_path:
+            await self.app(scope, self._counting(receive, limit), send)
+            return
         chunks: list[bytes] = []
         size = 0
         first: Message | None = None

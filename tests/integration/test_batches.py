@@ -208,6 +208,23 @@ def test_uploads_over_the_size_cap_are_413(triton: TritonServer, tmp_path: Path)
             with pytest.raises(openai.APIStatusError) as big:
                 client.files.create(file=("big.jsonl", b"x" * 200_000), purpose="batch")
             assert big.value.status_code == 413
+            # sent chunked (no Content-Length): counted as the route reads it, refused past the cap
+            boundary = "gatewaytestboundary"
+            multipart = (
+                (
+                    f'--{boundary}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n'
+                    f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="big.jsonl"\r\n'
+                    "Content-Type: application/jsonl\r\n\r\n"
+                ).encode()
+                + jsonl([chat_line(str(i), "a" * 100) for i in range(40)])
+                + f"\r\n--{boundary}--\r\n".encode()
+            )
+            chunked = httpx.post(
+                process.url + "/v1/files",
+                content=iter([multipart[i : i + 1000] for i in range(0, len(multipart), 1000)]),
+                headers={"Content-Type": f"multipart/form-data; boundary={boundary}", "Authorization": "Bearer x"},
+            )
+            assert chunked.status_code == 413 and chunked.json()["error"]["type"] == "invalid_request_error"
             many = jsonl([chat_line(str(i), "a") for i in range(4)])
             with pytest.raises(openai.BadRequestError, match="more than 3"):
                 client.files.create(file=("many.jsonl", many), purpose="batch")

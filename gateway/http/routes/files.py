@@ -27,6 +27,8 @@ async def upload_file(request: Request, components: ComponentsDep) -> JSONBytesR
         raise InvalidRequestError("The upload must be multipart/form-data with a file part.", param="file")
     try:
         form = await request.form(max_files=1, max_fields=8, max_part_size=64 * 1024)
+    except PayloadTooLargeError:  # the body limit, counted as the form is read
+        raise
     except Exception as exc:  # malformed multipart: python-multipart's or Starlette's words
         raise InvalidRequestError(f"The upload could not be read as multipart/form-data: {exc}", param="file") from None
     try:
