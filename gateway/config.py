@@ -554,9 +554,10 @@ class Settings(BaseSettings):
     ask for fewer with the ``max_concurrency`` extension field)."""
 
     batch_lease_seconds: float = Field(default=30.0, gt=0.0)
-    """How long a gateway holds a batch line it runs before another may take it; renewed every
-    third of it while the line runs, so only a gateway that died (or lost the store) loses its
-    lines, which another then runs."""
+    """How long a gateway holds work it runs in the store: a batch line before another may take
+    it, a background response before a read elsewhere calls it failed. Renewed every third of it
+    while the work runs, so only a gateway that died (or lost the store) loses its lines, which
+    another then runs, and its background responses, which are then stored ``failed``."""
 
     batch_poll_interval: float = Field(default=1.0, gt=0.0)
     """Seconds an idle runner waits before it looks for batch lines again."""

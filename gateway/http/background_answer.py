@@ -23,7 +23,9 @@ and answers the ``cancelled`` object; on another process it marks the stored obj
 which the running process notices within ``CANCEL_CHECK_INTERVAL`` (a mark that races the
 response's own end may lose to it: the end is stored then). A process that stops cleanly stores
 its running responses ``failed`` (the gateway stopped); a process that is killed leaves them as
-last stored (``queued`` or ``in_progress``) until a cancel marks them, and nothing runs them again.
+last stored (``queued`` or ``in_progress``), and nothing runs them again; but it held a lease on
+each in the store (``jobs``), renewed while it ran, so once the lease is past a GET on any process
+stores and answers the response ``failed`` (``settled``).
 """
 
 from __future__ import annotations
@@ -86,6 +88,8 @@ async def start_background(request: Request, components: Components, plan: Respo
     answer = ResponsesAnswer(plan, components.store, components.seal)
     run = BackgroundRun(plan, answer, components)
     queued = run.encoder.snapshot("queued")
+    if components.jobs is not None:  # held before it is stored: a reader never finds it orphaned
+        await components.jobs.hold_background(plan.response_id)
     await answer.put(queued)  # before the id goes out: a GET on any replica finds it at once
     try:
         job = components.background.start(plan.response_id, plan.owner, run)
@@ -117,6 +121,7 @@ class BackgroundRun:
     async def __call__(self, job: BackgroundJob) -> None:
         current_trace.set(None)  # the POST's span ended with its answer
         watch: asyncio.Task[None] | None = None
+        held = asyncio.create_task(self._keep_held())
         generation: Generation | None = None
         frames: StreamFrames | None = None
         try:
@@ -144,6 +149,8 @@ class BackgroundRun:
         finally:
             if watch is not None:
                 watch.cancel()
+            held.cancel()
+            await self._release()
 
     async def _admit(self) -> tuple[Ticket, RequestOutcome]:
         """A slot, asked for again after a backoff whenever none is given; raises what ends the
@@ -214,6 +221,28 @@ class BackgroundRun:
         if reason is not None:
             job.cancel_reason = job.cancel_reason or reason
         return reason is None
+
+    async def _keep_held(self) -> None:
+        """Renew this process's lease on the response while it runs (queued included)."""
+        jobs = self.components.jobs
+        if jobs is None:
+            return
+        while True:
+            await asyncio.sleep(jobs.renew_every)
+            try:
+                await jobs.hold_background(self.plan.response_id)
+            except GatewayError as exc:  # the store: the next renewal may reach it
+                logger.warning("background response %s: renewing its lease failed: %s", self.plan.response_id, exc)
+
+    async def _release(self) -> None:
+        """After its end is stored: the lease goes (a store that fails leaves it to run out)."""
+        jobs = self.components.jobs
+        if jobs is None:
+            return
+        try:
+            await jobs.release_background(self.plan.response_id)
+        except GatewayError as exc:
+            logger.warning("background response %s: releasing its lease failed: %s", self.plan.response_id, exc)
 
     async def _watch_store(self, job: BackgroundJob) -> None:
         """Every ``CANCEL_CHECK_INTERVAL``: a cancel mark or a delete from another process stops it."""
@@ -345,6 +374,29 @@ async def cancel_background(components: Components, stored: StoredResponse) -> d
     marked = {**stored.response, "status": "cancelled"}
     await components.store.put(dataclasses.replace(stored, response=marked))
     return marked
+
+
+ORPHANED = (
+    "The gateway process running this background response stopped before it finished (it was killed, "
+    "or lost the store); create it again."
+)
+
+
+async def settled(components: Components, stored: StoredResponse) -> StoredResponse:
+    """``stored`` as it stands: a background response still ``queued`` or ``in_progress`` whose
+    process no longer holds its lease (killed, or cut off from the store past the lease) is
+    stored ``failed`` here, so that nobody polls it forever."""
+    jobs, store = components.jobs, components.store
+    response = stored.response
+    if not response.get("background") or response.get("status") not in RUNNING or jobs is None or store is None:
+        return stored
+    if components.background.get(stored.id, stored.owner) is not None or await jobs.background_alive(stored.id):
+        return stored
+    error = {"code": "server_error", "message": ORPHANED}
+    failed = dataclasses.replace(stored, response={**response, "status": "failed", "error": error})
+    await store.put(failed)
+    components.metrics.background_response("failed")
+    return failed
 
 
 def forget_background(components: Components, response_id: str, owner: str) -> None:

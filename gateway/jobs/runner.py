@@ -109,13 +109,14 @@ class BatchRunner:
         settings: RunnerSettings,
         metrics: JobMetrics | None = None,
         clock: Callable[[], float] = time.time,
+        name: str | None = None,
     ) -> None:
         self.store = store
         self.lines = lines
         self.settings = settings
         self.metrics = metrics
         self.clock = clock
-        self.name = runner_name()
+        self.name = name or runner_name()
         self._running: dict[tuple[str, int], asyncio.Task[None]] = {}
         self._leased: dict[tuple[str, int], LeasedLine] = {}
         self._stopped: dict[tuple[str, int], str] = {}

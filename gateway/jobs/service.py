@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from gateway.errors import JobNotFoundError
 from gateway.jobs.lines import parse_input_file
 from gateway.jobs.records import BatchRecord, FileRecord, new_id
-from gateway.jobs.runner import BatchRunner, JobMetrics, LineRunner, RunnerSettings
+from gateway.jobs.runner import BatchRunner, JobMetrics, LineRunner, RunnerSettings, runner_name
 from gateway.jobs.store import JobStore
 from gateway.store.base import ResponseStore
 
@@ -54,18 +54,38 @@ class JobService:
         self.metrics = metrics
         self.clock = clock
         self.runner: BatchRunner | None = None
+        self.name = runner_name()
+        """This process among the gateways on the store (its leases say it)."""
 
     async def start(self, lines: LineRunner) -> None:
         """The tables migrated, then this gateway's runner started (it leases only if
         ``batch_runner`` is on, but closes and prunes batches either way)."""
         await self.store.start()
-        self.runner = BatchRunner(self.store, lines, self.settings, self.metrics, self.clock)
+        self.runner = BatchRunner(self.store, lines, self.settings, self.metrics, self.clock, name=self.name)
         self.runner.start()
 
     async def close(self) -> None:
         if self.runner is not None:
             await self.runner.close()
             self.runner = None
+
+    # -- background responses ----------------------------------------------------------------
+
+    async def hold_background(self, response_id: str) -> None:
+        """This process runs the background response: a lease of ``batch_lease_seconds``, renewed
+        (``renew_every``) while it runs, released when its end is stored. A reader elsewhere that
+        finds it running with no live lease knows its process died (``background_alive``)."""
+        await self.store.hold_background(response_id, self.name, self.clock() + self.settings.batch_lease_seconds)
+
+    @property
+    def renew_every(self) -> float:
+        return self.settings.batch_lease_seconds / 3
+
+    async def release_background(self, response_id: str) -> None:
+        await self.store.release_background(response_id)
+
+    async def background_alive(self, response_id: str) -> bool:
+        return await self.store.background_held(response_id, self.clock())
 
     # -- files -------------------------------------------------------------------------------
 

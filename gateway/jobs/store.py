@@ -85,6 +85,14 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )""",
         "CREATE INDEX gateway_batch_lines_state ON gateway_batch_lines (batch_id, state, lease_until)",
     ),
+    (
+        # a background response's process, alive while it renews the lease
+        """CREATE TABLE gateway_background (
+            id TEXT PRIMARY KEY,
+            runner TEXT NOT NULL,
+            lease_until DOUBLE PRECISION NOT NULL
+        )""",
+    ),
 )
 
 INSERT_CHUNK = 200
@@ -491,6 +499,29 @@ class JobStore:
                 if file_id is not None:
                     await self.delete_file(file_id, str(owner))
 
+    # -- background responses ----------------------------------------------------------------
+
+    async def hold_background(self, response_id: str, runner: str, until: float) -> None:
+        """Say that ``runner`` runs this background response until ``until`` (taken or renewed)."""
+        p = self._p
+        await self.db.execute(
+            f"INSERT INTO gateway_background (id, runner, lease_until) VALUES ({p}, {p}, {p}) "
+            "ON CONFLICT (id) DO UPDATE SET runner = excluded.runner, lease_until = excluded.lease_until",
+            (response_id, runner, until),
+        )
+
+    async def release_background(self, response_id: str) -> None:
+        p = self._p
+        await self.db.execute(f"DELETE FROM gateway_background WHERE id = {p}", (response_id,))
+
+    async def background_held(self, response_id: str, now: float) -> bool:
+        """Whether a live process runs it (its lease not past)."""
+        p = self._p
+        rows = await self.db.fetch_all(
+            f"SELECT 1 FROM gateway_background WHERE id = {p} AND lease_until > {p}", (response_id, now)
+        )
+        return bool(rows)
+
     # -- housekeeping ------------------------------------------------------------------------
 
     async def prune(self, now: float) -> None:
@@ -503,6 +534,8 @@ class JobStore:
             f"'cancelled')) OR (status = 'validating' AND created_at <= {p})",
             (now, now - ABANDONED_CREATION),
         )
+        # a lease a day past belongs to a process long gone, whose response a read has settled
+        await self.db.execute(f"DELETE FROM gateway_background WHERE lease_until <= {p}", (now - 86400.0,))
         for (batch_id,) in old:
             await self.db.execute(f"DELETE FROM gateway_batch_lines WHERE batch_id = {p}", (batch_id,))
             await self.db.execute(f"DELETE FROM gateway_batches WHERE id = {p}", (batch_id,))

@@ -243,3 +243,23 @@ def test_a_gateway_that_stops_stores_its_running_background_responses_failed(
     assert gamma.process.returncode == 0, gamma.log_text()
     stored = httpx.get(f"{shared.alpha.url}/v1/responses/{queued['id']}", headers=AUTH).json()
     assert stored["status"] == "failed" and stored["error"]["code"] == "shutting_down", stored
+
+
+def test_a_killed_gateways_background_response_is_stored_failed_once_its_lease_is_past(
+    shared: Shared, triton: TritonServer, tmp_path: Path
+) -> None:
+    lease = ("--batch-lease-seconds", "1.5")
+    delta = start_gateway(triton.grpc_url, tmp_path / "delta.log", *shared.common, *lease)
+    try:
+        queued = post(delta, {"model": SCRIPTED, "input": slow_script(400, 0.05), "background": True}).json()
+        assert wait_for(lambda: status_of(delta.url, queued["id"], AUTH) == "in_progress", timeout=10)
+        time.sleep(2.5)  # past one lease: delta renews it, so elsewhere it is still running
+        assert status_of(shared.beta.url, queued["id"], AUTH) == "in_progress"
+    finally:
+        delta.process.kill()  # SIGKILL: nothing stores its end
+        delta.process.wait(timeout=10)
+    # beta reads it once delta's lease is past: failed, stored so, for every reader after
+    assert wait_for(lambda: status_of(shared.beta.url, queued["id"], AUTH) == "failed", timeout=10)
+    stored = httpx.get(f"{shared.alpha.url}/v1/responses/{queued['id']}", headers=AUTH).json()
+    assert stored["status"] == "failed" and stored["error"]["code"] == "server_error", stored
+    assert "stopped before it finished" in stored["error"]["message"]

@@ -22,7 +22,7 @@ import pytest
 from gateway.config import Settings
 from gateway.jobs.lines import InputLine
 from gateway.jobs.records import BatchRecord, FileRecord, LeasedLine, RequestCounts, new_id
-from gateway.jobs.store import INSERT_CHUNK, JobStore
+from gateway.jobs.store import INSERT_CHUNK, MIGRATIONS, JobStore
 from gateway.store import ResponseStore, open_store
 from tests.postgres import PostgresServer
 from tests.store.conftest import StoreTarget, create_database
@@ -144,14 +144,14 @@ async def die() -> None:
 
 async def test_start_creates_the_tables_and_records_the_jobs_schema_once(opened: Opener, target: StoreTarget) -> None:
     jobs = await jobs_on(opened)
-    for table in ("gateway_files", "gateway_batches", "gateway_batch_lines"):
+    for table in ("gateway_files", "gateway_batches", "gateway_batch_lines", "gateway_background"):
         assert target.query(f"SELECT count(*) FROM {table}") == [(0,)]
-    assert target.query("SELECT version FROM gateway_schema WHERE component = 'jobs'") == [(1,)]
+    assert target.query("SELECT version FROM gateway_schema WHERE component = 'jobs'") == [(len(MIGRATIONS),)]
     await new_batch(jobs)
     await jobs.start()  # again, on the same connections
     again = await jobs_on(opened)  # another gateway starting on the migrated database
     first, second = await asyncio.gather(jobs_on(opened), jobs_on(opened))  # two starting together
-    assert target.query("SELECT component, version FROM gateway_schema WHERE component = 'jobs'") == [("jobs", 1)]
+    assert target.query("SELECT component, version FROM gateway_schema WHERE component = 'jobs'") == [("jobs", len(MIGRATIONS))]
     assert target.query("SELECT count(*) FROM gateway_batch_lines") == [(3,)]
     assert len(await lease_all(again, "r", T0)) == 3
     assert await lease_all(first, "r2", T0) == [] and await lease_all(second, "r3", T0) == []
@@ -652,3 +652,22 @@ async def test_prune_deletes_the_lines_of_a_creation_cut_short(opened: Opener, t
     await jobs.prune(T0 + 3601)
     assert target.query("SELECT count(*) FROM gateway_batch_lines") == [(0,)]
     assert target.query("SELECT count(*) FROM gateway_batches") == [(0,)]
+
+
+# -- background responses' leases -----------------------------------------------------------------
+
+
+async def test_a_background_lease_is_held_renewed_and_released(opened: Opener) -> None:
+    jobs = await jobs_on(opened)
+    assert not await jobs.background_held("resp_1", T0)
+    await jobs.hold_background("resp_1", "a", T0 + 30)
+    assert await jobs.background_held("resp_1", T0 + 29)
+    assert not await jobs.background_held("resp_1", T0 + 30)  # past: its process is gone
+    await jobs.hold_background("resp_1", "a", T0 + 60)  # renewed
+    assert await jobs.background_held("resp_1", T0 + 45)
+    await jobs.release_background("resp_1")
+    assert not await jobs.background_held("resp_1", T0)
+    await jobs.hold_background("resp_2", "b", T0)
+    await jobs.prune(T0 + 86400.0 + 1)  # a day past its lease: deleted
+    await jobs.hold_background("resp_2", "b", T0 + 5)  # and can be taken again
+    assert await jobs.background_held("resp_2", T0)

@@ -10,7 +10,13 @@ from starlette.responses import Response
 
 from gateway.errors import InvalidRequestError, ResponseNotFoundError
 from gateway.http.answer import respond
-from gateway.http.background_answer import cancel_background, forget_background, start_background, stream_background
+from gateway.http.background_answer import (
+    cancel_background,
+    forget_background,
+    settled,
+    start_background,
+    stream_background,
+)
 from gateway.http.deps import ComponentsDep, request_context
 from gateway.http.json_response import JSONBytesResponse
 from gateway.http.responses_answer import ResponsesAnswer
@@ -78,7 +84,7 @@ async def retrieve_response(response_id: str, request: Request, components: Comp
         raise InvalidRequestError(
             f"starting_after must be a non-negative integer, got {after!r}", param="starting_after"
         )
-    stored = await find_response(components.store, response_id, request_owner(request.scope))
+    stored = await settled(components, await find_response(components.store, response_id, request_owner(request.scope)))
     if stream == "true":
         return stream_background(components, stored, -1 if after is None else int(after))
     return JSONBytesResponse(stored.response)
