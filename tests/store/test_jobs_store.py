@@ -151,7 +151,9 @@ async def test_start_creates_the_tables_and_records_the_jobs_schema_once(opened:
     await jobs.start()  # again, on the same connections
     again = await jobs_on(opened)  # another gateway starting on the migrated database
     first, second = await asyncio.gather(jobs_on(opened), jobs_on(opened))  # two starting together
-    assert target.query("SELECT component, version FROM gateway_schema WHERE component = 'jobs'") == [("jobs", len(MIGRATIONS))]
+    assert target.query("SELECT component, version FROM gateway_schema WHERE component = 'jobs'") == [
+        ("jobs", len(MIGRATIONS))
+    ]
     assert target.query("SELECT count(*) FROM gateway_batch_lines") == [(3,)]
     assert len(await lease_all(again, "r", T0)) == 3
     assert await lease_all(first, "r2", T0) == [] and await lease_all(second, "r3", T0) == []
