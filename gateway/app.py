@@ -161,7 +161,7 @@ class AppParts:
     @property
     def keyed(self) -> bool:
         """A key file, even one without keys yet, closes the gateway."""
-        return bool(len(self.ring)) or self.ring.path is not None
+        return self.ring.keyed
 
 
 def build_parts(settings: Settings, backend: Backend | None) -> AppParts:
@@ -195,7 +195,7 @@ def build_parts(settings: Settings, backend: Backend | None) -> AppParts:
         settings, the_backend, catalog, the_metrics, service, store, image_fetcher(settings), seal, jobs
     )
     ring = KeyRing(settings.load_api_keys(), settings.api_key_policy_file)
-    keyed = bool(len(ring)) or ring.path is not None
+    keyed = ring.keyed
     listener = (
         MetricsListener(the_metrics, settings.host, settings.metrics_port)
         if settings.metrics_enabled and settings.metrics_port is not None

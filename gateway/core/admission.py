@@ -180,7 +180,7 @@ class ModelGate:
         """Every slot is taken: refuse now what queueing cannot serve, or give up a waiter of a
         flow that holds more than its share of a full queue."""
         rules = self.rules
-        if rules.shed_priority is not None and claim.band >= rules.shed_priority:
+        if self._shed_band(claim):
             raise QueueRefusedError(
                 f"No slot of this model is free to requests of priority {claim.band} (every slot is busy, or "
                 "their share is taken while more urgent requests run), and they are shed, not queued; retry shortly.",

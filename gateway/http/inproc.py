@@ -46,7 +46,7 @@ class InProcessLines:
     async def run(self, call: LineCall) -> LineAnswer:
         if self.components.service.draining:  # stopping: the line waits, and the stop gives it back
             return LineAnswer(retry_after=1.0)
-        keyed = bool(len(self.ring)) or self.ring.path is not None
+        keyed = self.ring.keyed
         policy = self.ring.lookup_owner(call.owner) if call.owner else None
         if keyed and policy is None:
             gone = AuthenticationError("The API key that created this batch is no longer accepted by this gateway.")

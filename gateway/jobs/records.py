@@ -2,23 +2,16 @@
 
 Plain records: ``openai.batches_encode`` turns them into OpenAI's objects, ``jobs.store`` into
 rows. Statuses are OpenAI's; a file is checked when it is uploaded, so a batch is ``validating``
-only while its lines are written, and never ``failed``.
+only while its lines are written, and never ``failed``. A line is ``pending`` until it ends
+``done`` (answered 2xx: the output file), ``error`` (answered otherwise), ``cancelled`` or
+``expired`` (never answered): those three go to the error file.
 """
 
 from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass, field
-from typing import Any, Literal
-
-BatchStatus = Literal["validating", "in_progress", "finalizing", "completed", "expired", "cancelling", "cancelled"]
-FINAL_STATUSES: frozenset[str] = frozenset({"completed", "expired", "cancelled"})
-
-LineState = Literal["pending", "done", "error", "cancelled", "expired"]
-"""``done``: answered 2xx (the output file); ``error``: answered otherwise, ``cancelled``,
-``expired``: never answered (the error file)."""
-
-FILE_PURPOSES = ("batch", "batch_output")
+from typing import Any
 
 
 def new_id(prefix: str) -> str:

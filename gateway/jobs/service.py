@@ -8,6 +8,7 @@ creation (or the output files their ``output_expires_after``).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from typing import Any, Protocol
 
 from gateway.errors import JobNotFoundError
 from gateway.jobs.lines import parse_input_file
-from gateway.jobs.records import BatchRecord, FileRecord, new_id
+from gateway.jobs.records import BatchRecord, FileRecord, RequestCounts, new_id
 from gateway.jobs.runner import BatchRunner, JobMetrics, LineRunner, RunnerSettings, runner_name
 from gateway.jobs.store import JobStore
 from gateway.store.base import ResponseStore
@@ -149,7 +150,7 @@ class JobService:
         await self.store.create_batch(record, lines, now + max(retention, new.window_seconds))
         if self.runner is not None:
             self.runner.wake()
-        return await self.batch(record.id, owner)
+        return dataclasses.replace(record, counts=RequestCounts(len(lines)))
 
     async def batch(self, batch_id: str, owner: str) -> BatchRecord:
         record = await self.store.get_batch(batch_id, owner)

@@ -103,8 +103,6 @@ ABANDONED_CREATION = 3600.0
 """Seconds after which a batch still ``validating`` is one whose creation was cut short (a
 gateway that died while writing its lines): deleted with them by ``prune``."""
 
-DONE_STATES = ("done", "error", "cancelled", "expired")
-
 _BATCH_COLUMNS = (
     "id, owner, endpoint, input_file_id, completion_window, status, created_at, expires_at, "
     "max_concurrency, metadata, times, total, output_file_id, error_file_id"

@@ -192,6 +192,11 @@ class KeyRing:
     def __len__(self) -> int:
         return len(self._flat) + len(self._policies)
 
+    @property
+    def keyed(self) -> bool:
+        """Whether the gateway has API keys: any key, or a key file (which may list none yet)."""
+        return bool(len(self)) or self.path is not None
+
     def _file_stamp(self) -> tuple[int, int, int]:
         assert self.path is not None
         stat = self.path.stat()

@@ -8,6 +8,7 @@ from starlette.requests import Request
 from gateway.errors import InvalidRequestError
 from gateway.http.deps import Components, ComponentsDep
 from gateway.http.json_response import JSONBytesResponse
+from gateway.http.routes import page_limit
 from gateway.http.security import request_owner
 from gateway.jobs.service import JobService, NewBatch
 from gateway.openai.batches_encode import batch_object, object_list
@@ -24,13 +25,6 @@ def jobs_of(components: Components) -> JobService:
             code="batches_disabled",
         )
     return components.jobs
-
-
-def page_query(request: Request, *, default_limit: int = 20, most: int = 100) -> tuple[str | None, int]:
-    limit = request.query_params.get("limit", str(default_limit))
-    if not limit.isdigit() or not 1 <= int(limit) <= most:
-        raise InvalidRequestError(f"limit must be an integer from 1 to {most}, got {limit!r}", param="limit")
-    return request.query_params.get("after"), int(limit)
 
 
 @router.post("/v1/batches")
@@ -52,7 +46,7 @@ async def create_batch(body: BatchCreateRequest, request: Request, components: C
 
 @router.get("/v1/batches")
 async def list_batches(request: Request, components: ComponentsDep) -> JSONBytesResponse:
-    after, limit = page_query(request)
+    after, limit = request.query_params.get("after"), page_limit(request)
     records, more = await jobs_of(components).batches(request_owner(request.scope), after=after, limit=limit)
     return JSONBytesResponse(object_list([batch_object(r) for r in records], more))
 

@@ -11,7 +11,8 @@ from starlette.responses import Response
 from gateway.errors import InvalidRequestError, PayloadTooLargeError
 from gateway.http.deps import ComponentsDep
 from gateway.http.json_response import JSONBytesResponse
-from gateway.http.routes.batches import jobs_of, page_query
+from gateway.http.routes import page_limit, page_order
+from gateway.http.routes.batches import jobs_of
 from gateway.http.security import request_owner
 from gateway.openai.batches_encode import file_deleted, file_object, object_list
 from gateway.plan.batches import check_purpose, upload_expiry
@@ -48,12 +49,10 @@ async def upload_file(request: Request, components: ComponentsDep) -> JSONBytesR
 
 @router.get("/v1/files")
 async def list_files(request: Request, components: ComponentsDep) -> JSONBytesResponse:
-    after, limit = page_query(request, default_limit=10000, most=10000)
-    order = request.query_params.get("order", "desc")
-    if order not in ("asc", "desc"):
-        raise InvalidRequestError(f"order must be 'asc' or 'desc', got {order!r}", param="order")
+    query = request.query_params
+    limit, order = page_limit(request, default=10000, most=10000), page_order(request)
     records, more = await jobs_of(components).files(
-        request_owner(request.scope), purpose=request.query_params.get("purpose"), after=after, limit=limit, order=order
+        request_owner(request.scope), purpose=query.get("purpose"), after=query.get("after"), limit=limit, order=order
     )
     return JSONBytesResponse(object_list([file_object(r) for r in records], more))
 

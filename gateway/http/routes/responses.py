@@ -20,7 +20,7 @@ from gateway.http.background_answer import (
 from gateway.http.deps import ComponentsDep, request_context
 from gateway.http.json_response import JSONBytesResponse
 from gateway.http.responses_answer import ResponsesAnswer
-from gateway.http.routes import log_unknown_fields
+from gateway.http.routes import log_unknown_fields, page_limit, page_order
 from gateway.http.security import request_owner
 from gateway.openai.responses_encode import deleted_object, input_item_list
 from gateway.openai.tokenize_encode import input_tokens_object
@@ -107,15 +107,9 @@ async def delete_response(response_id: str, request: Request, components: Compon
 
 @router.get("/v1/responses/{response_id}/input_items")
 async def list_input_items(response_id: str, request: Request, components: ComponentsDep) -> JSONBytesResponse:
-    query = request.query_params
-    limit = query.get("limit", "20")
-    if not limit.isdigit() or not 1 <= int(limit) <= 100:
-        raise InvalidRequestError(f"limit must be an integer from 1 to 100, got {limit!r}", param="limit")
-    order = query.get("order", "desc")
-    if order not in ("asc", "desc"):
-        raise InvalidRequestError(f"order must be 'asc' or 'desc', got {order!r}", param="order")
+    limit, order = page_limit(request), page_order(request)
     stored = await find_response(components.store, response_id, request_owner(request.scope))
-    page = input_item_list(stored.input_items, after=query.get("after"), limit=int(limit), order=order)
+    page = input_item_list(stored.input_items, after=request.query_params.get("after"), limit=limit, order=order)
     return JSONBytesResponse(page)
 
 
