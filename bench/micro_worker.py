@@ -226,13 +226,15 @@ def settings_for(app: str, model: str, base: dict[str, Any], workdir: Path) -> A
             extra["api_key_reload_interval"] = 0.0  # no file check on a timer during other features' requests
     # Background work on the loop thread that belongs to no request lands in whichever request
     # runs then: the model list read again every 10 s, keepalive pings every 30 s, the batch
-    # runner's turn every second.
+    # runner's turn every second, the read of Triton's metrics every second.
     if "model_refresh_interval" in fields:
         extra["model_refresh_interval"] = 1e9
     if "grpc_keepalive_ms" in fields:
         extra["grpc_keepalive_ms"] = 3_600_000
     if "batch_poll_interval" in fields:  # the batch runner's look at the store, every second
         extra["batch_poll_interval"] = 1e9
+    if "engine_load_interval" in fields:
+        extra["engine_load_interval"] = 1e9
     try:
         return Settings(**base, **extra)
     except ValueError as exc:  # pydantic's ValidationError: a model_files key this tree lacks

@@ -87,7 +87,14 @@ def triton_replicas(settings: Settings) -> ReplicaPool:
         )
 
     router = Router(Policy(settings.routing_policy), settings.routing_prefix_chars, settings.routing_load_factor)
-    return ReplicaPool(settings.triton_endpoints, connect, router, resolve_interval=settings.triton_resolve_interval)
+    return ReplicaPool(
+        settings.triton_endpoints,
+        connect,
+        router,
+        resolve_interval=settings.triton_resolve_interval,
+        migration_limit=settings.migration_limit,
+        load_interval=settings.engine_load_interval,
+    )
 
 
 def image_fetcher(settings: Settings) -> ImageFetcher | None:

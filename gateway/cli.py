@@ -180,7 +180,12 @@ def _start_triton(settings: Settings) -> tuple[TritonServer, Settings] | None:
         logger.warning("Triton was still starting; stopped it")
         raise
     settings = settings.model_copy(
-        update={"triton_url": triton.grpc_url, "model_repository": repositories, "triton_working_dir": working_dir}
+        update={
+            "triton_url": triton.grpc_url,
+            "triton_metrics": str(triton.metrics_port),
+            "model_repository": repositories,
+            "triton_working_dir": working_dir,
+        }
     )
     logger.info("embedded Triton ready on %s (log: %s)", triton.grpc_url, triton.log_file)
     return triton, settings

@@ -12,7 +12,7 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -37,10 +37,26 @@ class EndpointSpec:
     port: int
     resolve: bool
     """A ``dns:///`` entry: every address of ``host`` is a replica, followed over time."""
+    metrics_port: int | None = None
+    """Triton's metrics port on each of the entry's hosts (``triton_metrics``); None: not read."""
 
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
+
+
+def parse_metrics_ports(value: str) -> tuple[int | None, ...]:
+    """``triton_metrics``' entries: a port, or ``off`` (None). Raises ``ValueError`` naming the bad one."""
+    ports: list[int | None] = []
+    for raw in value.split(","):
+        entry = raw.strip().lower()
+        if entry == "off":
+            ports.append(None)
+        elif entry.isdigit() and 0 < int(entry) < 65536:
+            ports.append(int(entry))
+        else:
+            raise ValueError(f"each triton_metrics entry must be a port or off, got {raw.strip()!r}")
+    return tuple(ports)
 
 
 def parse_endpoints(value: str) -> tuple[EndpointSpec, ...]:
@@ -256,6 +272,27 @@ class Settings(BaseSettings):
     factor times the average (counting the new request), or under 8 (a session) or 4 (a prefix);
     beyond it the key spills to its next choice, so one hot conversation or system prompt cannot
     overload one Triton."""
+
+    triton_metrics: str = "8002"
+    """Where each replica reports its engine's load: Triton's metrics port on the replica's host,
+    comma-separated, one per ``triton_url`` entry in order (or one for every entry), or ``off``.
+    Read every ``engine_load_interval``: Triton's pending requests, and the backend's running and
+    waiting requests and KV-cache use where it exports them (the vLLM backend with
+    ``REPORT_CUSTOM_METRICS``, TensorRT-LLM, tiny-llm). Routing counts them beside the gateway's
+    own in-flight requests, so the work of other gateway pods and a replica's full cache weigh.
+    In embedded mode the launcher's port is used."""
+
+    engine_load_interval: float = Field(default=1.0, gt=0.0)
+    """Seconds between reads of each replica's metrics. A replica whose metrics have not answered
+    for three intervals is scored busier than its own count says, not trusted."""
+
+    migration_limit: int = Field(default=3, ge=0)
+    """How many times one stream may move to another replica when its replica fails mid-stream
+    (killed, drained past its grace, its connection lost): the request is sent there as a
+    continuation of what it has generated, and the client's stream goes on with no token lost
+    or repeated (docs/DEPLOY.md, "Stream migration"). 0: never; such a stream ends with an error
+    event. Only streams that have sent tokens move; one that fails before its first token is
+    retried once on another replica, whatever this says."""
 
     embedded: bool = False
     """Start a local tritonserver (from the nvidia-pytriton wheel) against ``model_repository``
@@ -710,9 +747,25 @@ class Settings(BaseSettings):
         parse_endpoints(value)
         return value
 
+    @field_validator("triton_metrics")
+    @classmethod
+    def _metrics_ports(cls, value: str) -> str:
+        parse_metrics_ports(value)
+        return value
+
     @property
     def triton_endpoints(self) -> tuple[EndpointSpec, ...]:
-        return parse_endpoints(self.triton_url)
+        """``triton_url``'s entries, each with its metrics port from ``triton_metrics``."""
+        specs = parse_endpoints(self.triton_url)
+        ports = parse_metrics_ports(self.triton_metrics)
+        if len(ports) == 1:
+            ports = ports * len(specs)
+        if len(ports) != len(specs):
+            raise ValueError(
+                f"triton_metrics lists {len(ports)} entries for triton_url's {len(specs)}: give one for "
+                "every entry, or one for all"
+            )
+        return tuple(replace(spec, metrics_port=port) for spec, port in zip(specs, ports, strict=True))
 
     @field_validator("responses_store")
     @classmethod

@@ -13,14 +13,19 @@ prometheus-client's multiprocess directory (``PROMETHEUS_MULTIPROC_DIR``, set by
 is per worker, so each worker publishes its admission counts into ``livesum`` gauges (summed over
 the workers alive) every ``LIVE_PUBLISH_INTERVAL`` and right before it answers a scrape; the
 ``vllm:lora_requests_info`` line is built from their per-adapter sums.
+
+What each replica's engine reports (``Metrics.engine_load``, after every read of Triton's metrics)
+goes into ``livemostrecent`` gauges: every worker reads the same replicas, so the scrape shows the
+latest read instead of one engine counted once per worker.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from bisect import bisect_left
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -51,6 +56,17 @@ class GateView(Protocol):
     def waiting_adapters(self) -> Mapping[str, int]: ...
 
 
+class EngineLoadView(Protocol):
+    """One model's load as a replica's engine reported it (``backend.replicas.engine_load.EngineLoad``)."""
+
+    @property
+    def running(self) -> float: ...
+    @property
+    def waiting(self) -> float: ...
+    @property
+    def kv_usage(self) -> float | None: ...
+
+
 class AdmissionView(Protocol):
     """The admission state the live gauges describe (``core.admission.Admission``). Protocols
     rather than imports: metrics is a leaf the core writes into, so it must not import the core."""
@@ -60,6 +76,8 @@ class AdmissionView(Protocol):
 
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+MIGRATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+"""A migrated stream's pause: a prefill of prompt plus replayed tokens elsewhere, 10 ms to 10 s."""
 TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536)
 GAP_FLUSH_EVERY = 64
 """A stream's inter-token gaps reach the histogram in one go every this many (and at its end)."""
@@ -175,7 +193,8 @@ def _lora_family() -> GaugeMetricFamily:
 
 class _SharedLiveGauges(Collector):
     """Several workers: each worker's admission counts in ``livesum`` gauges, and the scrape of all
-    workers' files (``MultiProcessCollector``) with ``vllm:lora_requests_info`` built from them."""
+    workers' files (``MultiProcessCollector``) with ``vllm:lora_requests_info`` built from them and
+    the engine series as ``_present_engine`` leaves them."""
 
     def __init__(self, admission: AdmissionView, adapters: Callable[[str], int]) -> None:
         self._admission = admission
@@ -230,7 +249,8 @@ class _SharedLiveGauges(Collector):
         self.publish()
         models: set[str] = set()
         adapters: dict[tuple[str, str], list[str]] = {}
-        for family in MultiProcessCollector(None).collect():  # type: ignore[no-untyped-call]
+        merged: Iterable[Metric] = MultiProcessCollector(None).collect()  # type: ignore[no-untyped-call]
+        for family in _present_engine(merged):
             if family.name == "gateway_requests_running":
                 models.update(sample.labels["model"] for sample in family.samples)
             if family.name == "gateway_adapter_requests":
@@ -245,6 +265,108 @@ class _SharedLiveGauges(Collector):
             waiting = ",".join(sorted(adapters.get((model, "waiting"), [])))
             lora.add_metric([model, running, waiting, str(self._adapters(model))], now)
         yield lora
+
+
+_ENGINE_REQUESTS = "gateway_replica_engine_requests"
+_ENGINE_KV_USAGE = "gateway_replica_kv_cache_usage"
+_ENGINE_UP = "gateway_replica_metrics_up"
+_GONE = math.nan
+"""What a series that went away is set to: prometheus-client cannot remove a series from the
+workers' files, so one worker or several, a gone series is written as NaN and left out at scrape
+time (``_present_engine``)."""
+
+
+class _EngineGauges(Collector):
+    """Each replica's engine load as its last metrics read left it (``Metrics.engine_load``).
+    ``livemostrecent``: each worker reads the same replicas, so the latest read of any live
+    worker is the figure, not a sum that counts one engine once per worker. With one worker it
+    is itself the collector (through ``_present_engine``); with several the files are."""
+
+    def __init__(self) -> None:
+        self.requests = Gauge(
+            _ENGINE_REQUESTS,
+            "Requests the replica's engine reported at the last read of its metrics, by model and state "
+            "(running; waiting: queued in Triton or in the engine), from every client, not only this gateway",
+            ["replica", "model", "state"],
+            multiprocess_mode="livemostrecent",
+            registry=None,
+        )
+        self.kv_usage = Gauge(
+            _ENGINE_KV_USAGE,
+            "Fraction (0..1) of the replica's KV cache in use at the last read of its metrics, by model, "
+            "where its backend reports one",
+            ["replica", "model"],
+            multiprocess_mode="livemostrecent",
+            registry=None,
+        )
+        self.up = Gauge(
+            _ENGINE_UP,
+            "1 when the replica's Triton metrics answered at the last read, 0 when they did not",
+            ["replica"],
+            multiprocess_mode="livemostrecent",
+            registry=None,
+        )
+        self._children: dict[tuple[Gauge, tuple[str, ...]], Gauge] = {}
+        self._models: dict[str, set[str]] = {}
+        """Per replica, the models whose request series hold a figure (not NaN)."""
+        self._kv_models: dict[str, set[str]] = {}
+        """Per replica, the models whose KV series holds a figure."""
+
+    def _child(self, gauge: Gauge, *labels: str) -> Gauge:
+        key = (gauge, labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = gauge.labels(*labels)
+        return child
+
+    def record(self, replica: str, loads: Mapping[str, EngineLoadView] | None) -> None:
+        self._child(self.up, replica).set(0 if loads is None else 1)
+        loads = loads or {}
+        kv_models: set[str] = set()
+        for model, load in loads.items():
+            self._child(self.requests, replica, model, "running").set(load.running)
+            self._child(self.requests, replica, model, "waiting").set(load.waiting)
+            if load.kv_usage is not None:
+                self._child(self.kv_usage, replica, model).set(load.kv_usage)
+                kv_models.add(model)
+        for model in self._models.get(replica, set()) - loads.keys():
+            self._child(self.requests, replica, model, "running").set(_GONE)
+            self._child(self.requests, replica, model, "waiting").set(_GONE)
+        for model in self._kv_models.get(replica, set()) - kv_models:
+            self._child(self.kv_usage, replica, model).set(_GONE)
+        self._models[replica] = set(loads)
+        self._kv_models[replica] = kv_models
+
+    def collect(self) -> Iterator[Metric]:
+        yield from _present_engine([*self.requests.collect(), *self.kv_usage.collect(), *self.up.collect()])
+
+
+def _present_engine(families: Iterable[Metric]) -> Iterator[Metric]:
+    """``families`` without the engine series that went away (NaN) or belong to a replica whose
+    metrics did not answer at the last read (with several workers, one worker's older read can
+    still hold figures another's newer read found gone), then ``vllm:kv_cache_usage_perc`` built
+    from the KV series left: per model, the mean over the replicas that reported one. In sidecar
+    mode (the InferencePool's) the pod's one Triton is the only replica, and the figure is its
+    engine's; with several replicas the mean is what the pod as a whole offers."""
+    families = list(families)
+    down = {s.labels["replica"] for f in families if f.name == _ENGINE_UP for s in f.samples if s.value == 0}
+    usage: dict[str, list[float]] = {}
+    for family in families:
+        if family.name in (_ENGINE_REQUESTS, _ENGINE_KV_USAGE):
+            family.samples = [s for s in family.samples if not math.isnan(s.value) and s.labels["replica"] not in down]
+        if family.name == _ENGINE_KV_USAGE:
+            for sample in family.samples:
+                usage.setdefault(sample.labels["model"], []).append(sample.value)
+        yield family
+    kv = GaugeMetricFamily(
+        "vllm:kv_cache_usage_perc",
+        "Fraction (0..1) of the model's KV cache in use, as its engine reports it (the mean over the "
+        "replicas that reported one at their last read), as vLLM names it",
+        labels=["model_name"],
+    )
+    for model, values in sorted(usage.items()):
+        kv.add_metric([model], sum(values) / len(values))
+    yield kv
 
 
 _Series = tuple[Counter, Histogram, Histogram, Histogram, Histogram, Counter, Counter]
@@ -281,12 +403,14 @@ class Metrics:
         self._finished: dict[tuple[str, str, str, bool, int], _Series] = {}
         """``finish``'s series by (model, adapter, endpoint, stream, status): as many as the
         label sets the registry already keeps."""
+        self._engine = _EngineGauges()
         self.shared_live: _SharedLiveGauges | None = None
         if shared:
             self.shared_live = _SharedLiveGauges(admission, adapters)
             self.registry.register(self.shared_live)
         else:
             r.register(_LiveGauges(admission, adapters))
+            r.register(self._engine)
 
     def _add_request_series(self, r: CollectorRegistry) -> None:
         """Per request: answered counts, latencies, prompt and completion sizes."""
@@ -387,6 +511,21 @@ class Metrics:
         )
         self.replica_up_gauge = Gauge(
             "gateway_replica_up", "1 while in rotation", ["replica"], multiprocess_mode="livemax", registry=r
+        )
+        self.stream_migrations = Counter(
+            "gateway_stream_migrations",
+            "Streams whose replica (this one) failed mid-stream, by outcome (continued: went on on another "
+            "replica; failed: no replica could continue it; not_continuable: its contract cannot continue it, "
+            "or it had moved migration_limit times)",
+            ["replica", "outcome"],
+            registry=r,
+        )
+        self.stream_migration_seconds = Histogram(
+            "gateway_stream_migration_seconds",
+            "The pause a continued stream's client saw: from its replica's failure to the first tokens "
+            "of the replica that continued it",
+            buckets=MIGRATION_BUCKETS,
+            registry=r,
         )
 
     def _add_key_series(self, r: CollectorRegistry) -> None:
@@ -503,6 +642,18 @@ class Metrics:
 
     def replica_in_flight(self, replica: str, delta: int) -> None:
         self._child(self.replica_in_flight_gauge, replica).inc(delta)
+
+    def migrated(self, replica: str, outcome: str, seconds: float | None) -> None:
+        """A stream whose ``replica`` failed mid-stream; ``seconds`` (outcome ``continued`` only):
+        from the failure to the first tokens from the replica that continued it."""
+        self._child(self.stream_migrations, replica, outcome).inc()
+        if outcome == "continued" and seconds is not None:
+            self.stream_migration_seconds.observe(seconds)
+
+    def engine_load(self, replica: str, loads: Mapping[str, EngineLoadView] | None) -> None:
+        """After each read of ``replica``'s metrics (None: it did not answer, and keeps no
+        per-model series). Once a second per replica, on the event loop: a few ``set`` calls."""
+        self._engine.record(replica, loads)
 
     def cancelled(self, reason: str) -> None:
         self.cancellations.labels(reason).inc()

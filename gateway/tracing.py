@@ -46,6 +46,9 @@ QUEUE = "gateway.queue"
 ROUTE = "gateway.route"
 """Event on the server span: a Triton replica chosen (``gateway.replica``, ``gateway.route``);
 an event, not a span, as the choice takes microseconds and a span costs tens of them."""
+MIGRATE = "gateway.migrate"
+"""Event on the server span: a stream whose replica failed mid-stream went on elsewhere, or could
+not (``gateway.replica`` failed, ``gateway.outcome``, ``gateway.tokens`` produced before it)."""
 FIRST_TOKEN = "gen_ai.first_token"
 LAST_TOKEN = "gen_ai.last_token"
 """Events on the server span: the first and the last response from the backend."""

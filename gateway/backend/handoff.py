@@ -23,6 +23,20 @@ async def _ended() -> list[GenerationChunk]:
     raise StopAsyncIteration
 
 
+Step = Callable[[], Awaitable[list[GenerationChunk]]]
+
+
+def step_of(step: Step) -> Step:
+    """What a hand-off to ``step`` takes: a ``HandOffStream``'s ``__anext__`` that has handed off
+    itself is replaced by the step it handed off to (its level is skipped, not called through)."""
+    inner = getattr(step, "__self__", None)
+    if isinstance(inner, HandOffStream) and getattr(step, "__func__", None) is HandOffStream.__anext__:
+        below = inner._next
+        if getattr(below, "__func__", None) is not HandOffStream._first:
+            return below  # the level below has handed off too: its step, not a call through it
+    return step
+
+
 class HandOffStream:
     """A ``GenerationStream`` whose ``__anext__`` is whatever ``_next`` holds: ``_start`` for the
     first step, which on success calls ``_hand_off`` with the next level's ``__anext__``."""
@@ -30,7 +44,7 @@ class HandOffStream:
     __slots__ = ("_next",)
 
     def __init__(self) -> None:
-        self._next: Callable[[], Awaitable[list[GenerationChunk]]] = self._first
+        self._next: Step = self._first
 
     def __aiter__(self) -> Self:
         return self
@@ -45,13 +59,8 @@ class HandOffStream:
     async def _start(self) -> list[GenerationChunk]:
         raise NotImplementedError
 
-    def _hand_off(self, step: Callable[[], Awaitable[list[GenerationChunk]]]) -> None:
-        inner = getattr(step, "__self__", None)
-        if isinstance(inner, HandOffStream) and getattr(step, "__func__", None) is HandOffStream.__anext__:
-            below = inner._next
-            if getattr(below, "__func__", None) is not HandOffStream._first:
-                step = below  # the level below has handed off too: its step, not a call through it
-        self._next = step
+    def _hand_off(self, step: Step) -> None:
+        self._next = step_of(step)
 
     def _stop(self) -> None:
         """No more steps: what ``aclose`` does first."""

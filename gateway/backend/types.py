@@ -92,6 +92,14 @@ class GenerationRequest:
     """The Triton priority level to send (the request's ``priority`` parameter: 1 is the most
     urgent), from its band and the model's levels (``plan.priority.triton_priority``); 0 sends
     none, and the request waits at the model's default level."""
+    return_token_ids: bool = False
+    """Ask for the generated token ids beside the text, where the model can give them (its
+    ``return_token_ids`` input): the replica pool asks when it may have to continue the stream
+    on another replica."""
+    resume_ids: tuple[int, ...] = ()
+    """Tokens this request already generated on a replica that failed mid-stream: a model that
+    declares ``resume_token_ids`` replays them as its own output and goes on from there (an exact
+    continuation, ``contracts/continuation.py``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +113,45 @@ class TokenPrompt:
     """Each stop string's ids, tokenized alone without special tokens (as TensorRT-LLM's
     preprocessing does): the engine stops early; the gateway still cuts the text itself."""
     bad_words: tuple[tuple[int, ...], ...] = ()
+
+
+@dataclass(slots=True)
+class Produced:
+    """What one generation has received so far, across every replica it ran on: what a
+    continuation on another replica is built from. Filled by the replica pool's stream."""
+
+    text: bytearray = field(default_factory=bytearray)
+    """The generated text's bytes, as received (a multi-byte character may be cut at the end)."""
+    ids: list[int] = field(default_factory=list)
+    """The generated token ids, where the backend sent them (``ids_known``)."""
+    tokens: int = 0
+    """Generated tokens as the backend counted them (``num_output_tokens``), else ``len(ids)``."""
+    ids_known: bool = True
+    """Every chunk so far carried its token ids (else ``ids`` is not the whole output)."""
+    counted: bool = True
+    """Every chunk so far carried its token count (else ``tokens`` is not the whole output)."""
+    prompt_tokens: int | None = None
+    """The prompt's count as the first replica reported it (the client's prompt, once)."""
+
+    def add(self, batch: Sequence[GenerationChunk]) -> None:
+        for chunk in batch:
+            if self.prompt_tokens is None:
+                self.prompt_tokens = chunk.num_input_tokens
+            text = chunk.text
+            if text:
+                self.text += text[0]
+            ids = chunk.token_ids
+            if ids is not None:
+                self.ids.extend(ids[0])
+            elif text and text[0]:
+                self.ids_known = False
+            counts = chunk.num_output_tokens
+            if counts:
+                self.tokens += counts[0]
+            elif ids is not None:
+                self.tokens += len(ids[0])
+            elif text and text[0]:
+                self.counted = False
 
 
 class Placement:

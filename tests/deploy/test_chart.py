@@ -514,6 +514,35 @@ def test_managed_triton_url_points_at_the_rendered_triton_service(rendered: dict
     )
 
 
+@pytest.mark.parametrize(
+    ("values", "port"),
+    [
+        ({}, 8002),
+        ({"triton": {"ports": {"metrics": 9102}}}, 9102),
+        (merge_values(TRITON_REPLICAS, {"triton": {"ports": {"metrics": 9102}}}), 9102),
+        (merge_values(SIDECAR, {"triton": {"ports": {"metrics": 9102}}}), 9102),
+    ],
+    ids=["managed", "managed-port", "managed-replicas", "sidecar"],
+)
+def test_the_gateway_reads_engine_load_on_the_charts_triton_metrics_port(
+    render: RenderFn, values: dict[str, Any], port: int
+) -> None:
+    r = render(values)
+    assert _settings(r)["GATEWAY_TRITON_METRICS"] == str(port)
+    tritons = [c for d in r.all("Deployment") for c in _pod(d)["containers"] if c["name"] == "triton"]
+    assert tritons and all(f"--metrics-port={port}" in c["args"] for c in tritons)
+
+
+def test_external_triton_metrics_port_is_the_gateways_default_or_extra_settings(render: RenderFn, chart: Any) -> None:
+    assert "GATEWAY_TRITON_METRICS" not in _settings(render(EXTERNAL))
+    for values in (EXTERNAL, {}):
+        given = merge_values(values, {"gateway": {"extraSettings": {"triton_metrics": "off"}}})
+        manifests = chart.render(given, name="llm", namespace=NAMESPACE, is_install=True)
+        configmap = next(text for path, text in manifests.items() if path.endswith("/configmap.yaml"))
+        assert configmap.count("GATEWAY_TRITON_METRICS:") == 1  # the setting given wins, once
+        assert _settings(render(given))["GATEWAY_TRITON_METRICS"] == "off"
+
+
 @pytest.mark.parametrize("scenario", ["defaults", "managed-existing-pvc", "managed-image"])
 def test_managed_triton_serves_the_vllm_image_on_a_gpu_from_the_model_volume(
     rendered: dict[str, Rendered], scenario: str

@@ -10,6 +10,7 @@ the pool selects exactly the gateway+Triton pods, on the port that serves ``/met
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -150,7 +151,7 @@ def test_pool_follows_gateway_port_name_and_picker_values(render: RenderFn) -> N
     assert pool["spec"]["targetPorts"] == [{"number": 9100}]
     assert pool["spec"]["endpointPickerRef"]["port"] == {"number": 9102}
     assert pool["spec"]["endpointPickerRef"]["failureMode"] == "FailOpen"
-    assert pool["metadata"]["annotations"] == {"example.com/team": "llm"}
+    assert pool["metadata"]["annotations"]["example.com/team"] == "llm"
 
 
 def test_httproute_sends_requests_to_the_pool_when_enabled(render: RenderFn) -> None:
@@ -217,3 +218,108 @@ def test_bad_pool_values_fail_the_schema(chart: Any, helm: ModuleType) -> None:
     ):
         with pytest.raises(helm.HelmValuesError):
             chart.validate_schema(bad)
+
+
+# ---------------------------------------------------------------------------------------------
+# the metrics the endpoint picker reads
+
+METRIC_FLAGS = {  # EPP flag (GIE cmd/epp/runner/options.go) -> inferencePool.metrics key
+    "total-queued-requests-metric": "queue",
+    "kv-cache-usage-percentage-metric": "kvCacheUsage",
+    "lora-info-metric": "loraInfo",
+}
+EPP_DEFAULTS = {  # the EPP's own defaults for those flags
+    "queue": "vllm:num_requests_waiting",
+    "kvCacheUsage": "vllm:kv_cache_usage_perc",
+    "loraInfo": "vllm:lora_requests_info",
+}
+
+
+def _metric_annotations(pool: dict[str, Any]) -> dict[str, str]:
+    prefix = "triton-openai-gateway/"
+    return {
+        METRIC_FLAGS[name[len(prefix) :]]: value
+        for name, value in pool["metadata"]["annotations"].items()
+        if name.startswith(prefix)
+    }
+
+
+def _notes_flags(notes: str) -> dict[str, str]:
+    """The metric flags of the NOTES' EPP command line, by values key, unquoted as a shell would."""
+    found = {}
+    for flag, values_key in METRIC_FLAGS.items():
+        match = re.search(rf"--{flag}='([^']*)'", notes)
+        assert match is not None, f"--{flag} is not on the NOTES' EPP command line"
+        found[values_key] = match[1]
+    return found
+
+
+def test_pool_names_the_epp_default_metrics_which_the_gateway_serves(render: RenderFn) -> None:
+    r = render(merge_values(SIDECAR, POOL))
+    pool = r.one("InferencePool", FULLNAME)
+    assert _metric_annotations(pool) == EPP_DEFAULTS
+    assert _notes_flags(r.notes) == EPP_DEFAULTS
+    # every name is one the gateway's /metrics carries (a scrape before any request or read)
+    from prometheus_client import generate_latest
+
+    from gateway.core.admission import Admission
+    from gateway.metrics import Metrics
+
+    served = generate_latest(Metrics(Admission(lambda model: (1, 1), 1.0)).registry).decode()
+    for name in EPP_DEFAULTS.values():
+        assert f"# TYPE {name} gauge" in served, name
+    # and the gateway reads the KV figure from the pod's Triton, on the port the chart gives it
+    triton = next(c for c in _gateway_pod(r)["spec"]["containers"] if c["name"] == "triton")
+    metrics_port = next(p["containerPort"] for p in triton["ports"] if p["name"] == "triton-metrics")
+    assert r.one("ConfigMap", FULLNAME)["data"]["GATEWAY_TRITON_METRICS"] == str(metrics_port)
+
+
+def test_pool_metric_specs_reach_the_annotations_and_the_epp_command_line(render: RenderFn) -> None:
+    specs = {
+        "queue": "gateway_replica_engine_requests{state=waiting,model=llama}",
+        "kvCacheUsage": "vllm:kv_cache_usage_perc{model_name=llama}",
+        "loraInfo": "vllm:lora_requests_info",
+    }
+    values = merge_values(
+        SIDECAR,
+        POOL,
+        {
+            "inferencePool": {
+                "metrics": specs,
+                # the chart's own keys win over the same key given in annotations
+                "annotations": {"triton-openai-gateway/lora-info-metric": "other", "example.com/team": "llm"},
+            }
+        },
+    )
+    r = render(values)
+    pool = r.one("InferencePool", FULLNAME)
+    _validate(pool)
+    assert _metric_annotations(pool) == specs
+    assert pool["metadata"]["annotations"]["example.com/team"] == "llm"
+    assert _notes_flags(r.notes) == specs
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "",
+        "vllm:num_requests_waiting{}",
+        'vllm:kv_cache_usage_perc{model_name="llama"}',  # GIE takes label values as written, no quotes
+        "vllm:kv_cache_usage_perc{model_name=llama}extra",
+        "vllm:kv_cache_usage_perc{model_name=}",
+        "9vllm",
+        "vllm num_requests_waiting",
+        "vllm:x{a=b;c=d}",
+        "vllm:x{a=it's}",  # the NOTES quote specs for a shell in single quotes
+    ],
+)
+def test_bad_metric_specs_fail_the_schema(chart: Any, helm: ModuleType, spec: str) -> None:
+    for key in EPP_DEFAULTS:
+        with pytest.raises(helm.HelmValuesError):
+            chart.validate_schema({"inferencePool": {"metrics": {key: spec}}})
+
+
+def test_metric_specs_are_the_three_the_chart_knows(chart: Any, helm: ModuleType) -> None:
+    chart.validate_schema({"inferencePool": {"metrics": {"queue": "a:b{c=d,e=f}"}}})
+    with pytest.raises(helm.HelmValuesError):
+        chart.validate_schema({"inferencePool": {"metrics": {"running": "vllm:num_requests_running"}}})

@@ -8,11 +8,13 @@ import hashlib
 import io
 import json
 import threading
+import time
 from collections.abc import Iterator
+from typing import Any, cast
 
 import numpy as np
 import pytest
-from contract import FINISH_REASON, NUM_INPUT_TOKENS, NUM_OUTPUT_TOKENS, TEXT_OUTPUT, RawRequest
+from contract import FINISH_REASON, NUM_INPUT_TOKENS, NUM_OUTPUT_TOKENS, TEXT_OUTPUT, TOKEN_IDS, RawRequest
 from engine import TinyLlmEngine
 from PIL import Image
 from scheduler import SHUTDOWN_MESSAGE, Scheduler
@@ -49,12 +51,17 @@ class FakeSink:
     def text(self, index: int = 0) -> bytes:
         return b"".join(outputs[TEXT_OUTPUT][index] for outputs, _ in self.responses)
 
+    def token_ids(self) -> list[int]:
+        return [int(token) for outputs, _ in self.responses for token in outputs[TOKEN_IDS]]
+
 
 class FakeMetrics:
     def __init__(self) -> None:
         self.total = 0
         self.cancelled = 0
         self.in_flight = 0
+        self.loads: list[tuple[int, int, float]] = []
+        """Every engine_load publication: (running, waiting, kv_usage)."""
         self._lock = threading.Lock()
 
     def request_received(self) -> None:
@@ -69,6 +76,11 @@ class FakeMetrics:
         with self._lock:
             self.in_flight += delta
             assert self.in_flight >= 0
+
+    def engine_load(self, running: int, waiting: int, kv_usage: float) -> None:
+        assert 0.0 <= kv_usage <= 1.0
+        with self._lock:
+            self.loads.append((running, waiting, kv_usage))
 
 
 @pytest.fixture
@@ -226,3 +238,155 @@ def test_an_element_that_is_not_an_image_is_an_error(scheduler: Scheduler) -> No
     sink = submit(scheduler, dataclasses.replace(request(max_tokens=2), images=(base64.b64encode(b"text"),)))
     wait(sink)
     assert sink.errors and "'image' element 0" in sink.errors[0]
+
+
+class ResizedEngine:
+    """The session's engine under other model.json numbers (max_num_seqs, kv_cache_tokens)."""
+
+    def __init__(self, engine: TinyLlmEngine, **config: Any) -> None:
+        self._engine = engine
+        self.config = dataclasses.replace(engine.config, **config)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+
+def resumable(stream: bool = True, resume: tuple[int, ...] | None = None, **params: Any) -> RawRequest:
+    return dataclasses.replace(request(stream, **params), return_token_ids=True, resume_token_ids=resume)
+
+
+def test_token_ids_are_sent_only_when_asked_one_per_streamed_token(scheduler: Scheduler) -> None:
+    asked = submit(scheduler, resumable(max_tokens=6, seed=4, ignore_eos=True))
+    plain = submit(scheduler, request(max_tokens=6, seed=4, ignore_eos=True))
+    whole = submit(scheduler, resumable(stream=False, max_tokens=6, seed=4, ignore_eos=True))
+    wait(asked, plain, whole)
+    assert all(
+        outputs[TOKEN_IDS].dtype == np.int64 and outputs[TOKEN_IDS].shape == (1,) for outputs, _ in asked.responses
+    )
+    assert all(TOKEN_IDS not in outputs for outputs, _ in plain.responses)
+    assert len(asked.token_ids()) == 6 and whole.token_ids() == asked.token_ids()
+    assert asked.text() == plain.text() == whole.text()
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_resumed_request_sends_only_what_follows_the_replayed_ids(scheduler: Scheduler, stream: bool) -> None:
+    # The stop string never matches, but holds back every "e" for a step: cuts land on held bytes.
+    params: dict[str, Any] = {"max_tokens": 30, "seed": 6, "temperature": 0.8, "ignore_eos": True, "stop": ["e\x07"]}
+    first = submit(scheduler, resumable(**params))
+    wait(first)
+    ids = first.token_ids()
+    for cut in (1, 12, 29):
+        rest = submit(scheduler, resumable(stream, tuple(ids[:cut]), **params))
+        wait(rest)
+        streamed_before = b"".join(outputs[TEXT_OUTPUT][0] for outputs, _ in first.responses[:cut])
+        assert streamed_before + rest.text() == first.text()
+        assert rest.token_ids() == ids[cut:]
+        counts = [int(outputs[NUM_OUTPUT_TOKENS][0]) for outputs, _ in rest.responses]
+        assert sum(counts) == len(ids) - cut and len(rest.responses) == (len(ids) - cut if stream else 1)
+        assert {int(outputs[NUM_INPUT_TOKENS][0]) for outputs, _ in rest.responses} == {
+            int(first.responses[0][0][NUM_INPUT_TOKENS][0])
+        }
+        assert str(rest.responses[-1][0][FINISH_REASON][0]) == str(first.responses[-1][0][FINISH_REASON][0])
+
+
+def test_a_replay_that_ends_the_request_answers_one_empty_final(scheduler: Scheduler, metrics: FakeMetrics) -> None:
+    first = submit(scheduler, resumable(max_tokens=5, seed=1, ignore_eos=True))
+    wait(first)
+    rest = submit(scheduler, resumable(resume=tuple(first.token_ids()), max_tokens=5, seed=1, ignore_eos=True))
+    wait(rest)
+    ((outputs, final),) = rest.responses
+    assert final and list(outputs[TEXT_OUTPUT]) == [b""] and outputs[TOKEN_IDS].shape == (0,)
+    assert int(outputs[NUM_OUTPUT_TOKENS][0]) == 0 and str(outputs[FINISH_REASON][0]) == "length"
+    assert metrics.in_flight == 0
+
+
+def test_a_resumed_request_does_not_repeat_its_image_lines(scheduler: Scheduler) -> None:
+    images = (_png_base64(2, 2, (5, 6, 7)),)
+    first = submit(scheduler, dataclasses.replace(resumable(max_tokens=6, seed=3, ignore_eos=True), images=images))
+    wait(first)
+    raw = resumable(resume=tuple(first.token_ids()[:2]), max_tokens=6, seed=3, ignore_eos=True)
+    rest = submit(scheduler, dataclasses.replace(raw, images=images))
+    wait(rest)
+    assert first.responses[0][0][TEXT_OUTPUT][0].startswith(b"[image 2x2 ")
+    assert b"".join(outputs[TEXT_OUTPUT][0] for outputs, _ in first.responses[:2]) + rest.text() == first.text()
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (resumable(max_tokens=3, n=2), "input 'return_token_ids' needs n = 1, got n = 2"),
+        (
+            dataclasses.replace(request(max_tokens=3, n=2), resume_token_ids=(5,)),
+            "input 'resume_token_ids' needs n = 1, got n = 2",
+        ),
+        (
+            resumable(resume=(5, 1333), max_tokens=3),
+            "input 'resume_token_ids': id 1333 at position 1 is out of the vocab",
+        ),
+        (
+            resumable(resume=(97,), max_tokens=3, structured_outputs=json.dumps({"json_object": True})),
+            "input 'resume_token_ids': id 97 at position 0 is not allowed there by the structured-output grammar",
+        ),
+    ],
+    ids=["return-n2", "resume-n2", "vocabulary", "grammar"],
+)
+def test_bad_resume_inputs_get_an_error_naming_the_input(
+    scheduler: Scheduler, metrics: FakeMetrics, raw: RawRequest, message: str
+) -> None:
+    sink = submit(scheduler, raw)
+    wait(sink)
+    assert not sink.responses and len(sink.errors) == 1 and sink.errors[0].startswith(message)
+    assert metrics.in_flight == 0
+
+
+def test_load_gauges_count_running_waiting_and_kv_then_settle_at_zero(
+    engine: TinyLlmEngine, metrics: FakeMetrics
+) -> None:
+    small = ResizedEngine(engine, max_num_seqs=1, kv_cache_tokens=10_000)
+    scheduler = Scheduler(cast(TinyLlmEngine, small), metrics, step_delay=0.01)
+    scheduler.start()
+    try:
+        sinks = [submit(scheduler, request(max_tokens=8, seed=seed, ignore_eos=True)) for seed in range(2)]
+        wait(*sinks)
+        deadline = time.monotonic() + 10
+        while metrics.loads[-1] != (0, 0, 0.0) and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        scheduler.shutdown()
+    prompt = len(engine.tokenize(PROMPT.decode()))
+    assert any(running == 1 and waiting == 1 for running, waiting, _ in metrics.loads)  # max_num_seqs 1
+    assert all(running <= 1 for running, _, _ in metrics.loads)
+    usages = [usage for _, _, usage in metrics.loads if usage]
+    assert usages and all(prompt / 10_000 <= usage <= (prompt + 8) / 10_000 for usage in usages)
+    assert metrics.loads[-1] == (0, 0, 0.0)
+
+
+def test_kv_cache_usage_is_capped_at_one(engine: TinyLlmEngine, metrics: FakeMetrics) -> None:
+    scheduler = Scheduler(cast(TinyLlmEngine, ResizedEngine(engine, kv_cache_tokens=4)), metrics)
+    scheduler.start()
+    try:
+        wait(submit(scheduler, request(max_tokens=3, seed=1)))
+    finally:
+        scheduler.shutdown()
+    assert (1, 0, 1.0) in metrics.loads
+
+
+def test_step_delay_slows_generated_tokens_but_not_the_replay(engine: TinyLlmEngine, metrics: FakeMetrics) -> None:
+    scheduler = Scheduler(engine, metrics, step_delay=0.05)
+    scheduler.start()
+    try:
+        started = time.monotonic()
+        first = submit(scheduler, resumable(max_tokens=40, seed=2, ignore_eos=True))
+        wait(first)
+        generating = time.monotonic() - started
+        started = time.monotonic()
+        rest = submit(
+            scheduler, resumable(resume=tuple(first.token_ids()[:38]), max_tokens=40, seed=2, ignore_eos=True)
+        )
+        wait(rest)
+        replaying = time.monotonic() - started
+    finally:
+        scheduler.shutdown()
+    assert generating >= 40 * 0.05
+    assert replaying < 20 * 0.05  # 38 replayed steps and 2 slowed ones: far below 40 slowed ones
+    assert rest.token_ids() == first.token_ids()[38:]

@@ -16,6 +16,7 @@ import pytest
 
 from gateway.app import create_app
 from gateway.backend.replicas.endpoints import resolve
+from gateway.backend.replicas.engine_load import EngineLoad, replica_load
 from gateway.backend.replicas.pool import ReplicaPool
 from gateway.backend.replicas.prefixes import PrefixTable, block_hashes
 from gateway.backend.replicas.ring import HashRing, bounded_choice
@@ -29,8 +30,10 @@ from tests.unit.test_app import chat, make_repo
 
 @dataclasses.dataclass(eq=False)
 class Member:
+    """A router candidate: an address and a load (the pool's ``replica_load`` score)."""
+
     address: str
-    in_flight: int = 0
+    load: float = 0.0
 
 
 # -- endpoints -------------------------------------------------------------------------------
@@ -83,19 +86,19 @@ def test_bounded_load_spills_a_hot_key_to_its_next_member() -> None:
     ring = HashRing(members, lambda m: m.address)
     preference = list(ring.preference("hot"))
     home, second = preference[0], preference[1]
-    assert bounded_choice(preference, members, lambda m: m.in_flight, 1.25, SESSION_MIN_BOUND) == (home, True)
-    home.in_flight = 3  # under the floor: a light load never spills
-    assert bounded_choice(preference, members, lambda m: m.in_flight, 1.25, SESSION_MIN_BOUND) == (home, True)
-    home.in_flight = 8  # bound = max(SESSION_MIN_BOUND = 8, ceil(1.25 * 9 / 3) = 4)
-    assert bounded_choice(preference, members, lambda m: m.in_flight, 1.25, SESSION_MIN_BOUND) == (second, False)
-    second.in_flight = 8  # bound = max(8, ceil(1.25 * 17 / 3) = 8): the third is the first under it
-    assert bounded_choice(preference, members, lambda m: m.in_flight, 1.25, SESSION_MIN_BOUND) == (preference[2], False)
+    assert bounded_choice(preference, members, lambda m: m.load, 1.25, SESSION_MIN_BOUND) == (home, True)
+    home.load = 3  # under the floor: a light load never spills
+    assert bounded_choice(preference, members, lambda m: m.load, 1.25, SESSION_MIN_BOUND) == (home, True)
+    home.load = 8  # bound = max(SESSION_MIN_BOUND = 8, ceil(1.25 * 9 / 3) = 4)
+    assert bounded_choice(preference, members, lambda m: m.load, 1.25, SESSION_MIN_BOUND) == (second, False)
+    second.load = 8  # bound = max(8, ceil(1.25 * 17 / 3) = 8): the third is the first under it
+    assert bounded_choice(preference, members, lambda m: m.load, 1.25, SESSION_MIN_BOUND) == (preference[2], False)
 
 
 def test_bounded_load_takes_an_idle_home_even_with_a_factor_of_one() -> None:
     members = [Member("a:1"), Member("b:1")]
     preference = list(HashRing(members, lambda m: m.address).preference("k"))
-    assert bounded_choice(preference, members, lambda m: m.in_flight, 1.0, SESSION_MIN_BOUND)[0] is preference[0]
+    assert bounded_choice(preference, members, lambda m: m.load, 1.0, SESSION_MIN_BOUND)[0] is preference[0]
 
 
 # -- the policies ------------------------------------------------------------------------------
@@ -114,7 +117,7 @@ def test_affinity_routes_by_session_then_prefix_then_load() -> None:
     again = [router.choose(None, system + tail, members) for tail in ("question two", "question three")]
     assert [(c.route, c.replica, c.home) for c in again if c] == [(Route.PREFIX, first.replica, True)] * 2
     assert router.choose(None, "short", members).route is Route.LEAST_LOADED  # type: ignore[union-attr]
-    members[0].in_flight, members[1].in_flight = 3, 1
+    members[0].load, members[1].load = 3, 1
     unkeyed = router.choose(None, "", members)
     assert unkeyed is not None and unkeyed.route is Route.LEAST_LOADED and unkeyed.replica is members[2]
 
@@ -161,12 +164,12 @@ def test_prefix_route_follows_the_longest_match_and_spreads_a_shared_system_prom
     homes = {}
     for conversation in range(2 * PREFIX_MIN_BOUND + 1):
         member = router.choose(None, system + f"conversation {conversation} " * 30, members).replica  # type: ignore[union-attr]
-        member.in_flight += 1  # type: ignore[attr-defined]  # still running: the next one is placed by load too
+        member.load += 1  # type: ignore[misc]  # still running: the next one is placed by load too
         homes[conversation] = member.address
     # The warm replica takes conversations up to the load bound, then the least busy one warms up.
     assert sorted(collections.Counter(homes.values()).values()) == [1, PREFIX_MIN_BOUND, PREFIX_MIN_BOUND]
     for member in members:
-        member.in_flight = 0
+        member.load = 0
     for conversation, home in homes.items():  # later turns: the whole earlier turn is a prefix
         turn = system + f"conversation {conversation} " * 30 + "answer and the next question " * 20
         choice = router.choose(None, turn, members)
@@ -179,6 +182,94 @@ def test_prefix_table_forgets_a_prompts_tail_before_its_head() -> None:
     table.add(first)
     table.add(block_hashes("b" * 256 * 2))
     assert table.matched(first) == 2 and len(table) == 4
+
+
+# -- routing by engine load ---------------------------------------------------------------------
+
+
+def test_a_session_leaves_a_replica_busy_with_other_clients_only_at_the_bound() -> None:
+    """This gateway has nothing in flight on the session's replica; its engine is busy with
+    other pods' requests. The turn stays home below the bound (8 with three idle replicas) and
+    moves at it, whether the load is running requests, a queue (double) or a fuller cache."""
+    members = [Member("a:1"), Member("b:1"), Member("c:1")]
+    router = Router(Policy.AFFINITY, 4096, 1.25)
+    router.set_members(members)
+    home = router.choose("conversation-1", "turn", members)
+    assert home is not None and home.home is True
+    replica = home.replica
+    stays = [EngineLoad(7.0, 0.0, None), EngineLoad(4.0, 1.0, None), EngineLoad(4.0, 0.0, 0.75)]
+    moves = [EngineLoad(8.0, 0.0, None), EngineLoad(4.0, 2.0, None), EngineLoad(5.0, 0.0, 0.6)]
+    for engine in stays:
+        replica.load = replica_load(0, engine, True)  # type: ignore[misc]
+        choice = router.choose("conversation-1", "next turn", members)
+        assert choice is not None and (choice.replica, choice.home) == (replica, True), engine
+    for engine in moves:
+        replica.load = replica_load(0, engine, True)  # type: ignore[misc]
+        choice = router.choose("conversation-1", "next turn", members)
+        assert choice is not None and choice.replica is not replica and choice.home is False, engine
+
+
+def test_least_loaded_picks_the_lowest_score_not_the_fewest_in_flight() -> None:
+    quiet_here = Member("a:1", replica_load(3, None, True))  # 3 of ours, no metrics: 3
+    busy_elsewhere = Member("b:1", replica_load(0, EngineLoad(5.0, 0.0, None), True))  # none of ours: 5
+    queueing = Member("c:1", replica_load(1, EngineLoad(1.0, 1.0, 0.5), True))  # (2 + 1) x 1.5 = 4.5
+    members = [busy_elsewhere, queueing, quiet_here]
+    router = Router(Policy.LEAST_LOADED, 1024, 1.25)
+    assert {router.choose(None, "", members).replica for _ in range(6)} == {quiet_here}  # type: ignore[union-attr]
+    quiet_here.load = replica_load(3, None, False)  # its metrics stopped answering: 7
+    assert {router.choose(None, "", members).replica for _ in range(6)} == {queueing}  # type: ignore[union-attr]
+
+
+@dataclasses.dataclass(eq=False)
+class Simulated:
+    """A replica in a closed-loop simulation: this gateway's requests (the tick each one ends),
+    another pod's steady requests, and the engine numbers as last read."""
+
+    address: str
+    others: float
+    ends: list[int] = dataclasses.field(default_factory=list)
+    engine: EngineLoad | None = None
+
+    @property
+    def load(self) -> float:
+        return replica_load(len(self.ends), self.engine, True)
+
+
+def closed_loop(*, read_engine: bool, clients: int = 12, others_on_b: float = 6.0) -> collections.Counter[str]:
+    """Each client sends its next request when the last ends (4 ticks; the clients start a quarter
+    a tick, so about as many end in every tick); the engines are read once a tick, before that
+    tick's requests are placed (so the numbers are up to a tick old)."""
+    a, b = Simulated("a:1", 0.0), Simulated("b:1", others_on_b)
+    members = [a, b]
+    by_address = {m.address: m for m in members}
+    router = Router(Policy.LEAST_LOADED, 1024, 1.25)
+    router.set_members(members)
+    placed: collections.Counter[str] = collections.Counter()
+    ready = 0
+    for tick in range(400):
+        ready += clients // 4 if tick < 4 else 0
+        for member in members:
+            ready += sum(1 for end in member.ends if end <= tick)
+            member.ends = [end for end in member.ends if end > tick]
+            member.engine = EngineLoad(len(member.ends) + member.others, 0.0, None) if read_engine else None
+        for _ in range(ready):
+            choice = router.choose(None, "", members)
+            assert choice is not None
+            by_address[choice.replica.address].ends.append(tick + 4)
+            placed[choice.replica.address] += 1
+        ready = 0
+    return placed
+
+
+def test_a_replica_with_twice_the_load_gets_fewer_new_requests_in_a_closed_loop() -> None:
+    """12 clients of this gateway; b also runs 6 requests of another pod. By in-flight counts
+    alone both look alike and share evenly, so b runs 12 to a's 6. By engine load the scores
+    even out instead (a 9, b 3 + 6): b gets a third as many new requests."""
+    blind = closed_loop(read_engine=False)
+    assert abs(blind["a:1"] - blind["b:1"]) <= 0.02 * sum(blind.values()), blind
+    seen = closed_loop(read_engine=True)
+    assert seen["b:1"] < seen["a:1"] / 2, seen
+    assert sum(seen.values()) == sum(blind.values())  # a closed loop: as many requests either way
 
 
 # -- the pool ----------------------------------------------------------------------------------

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from gateway.backend.contracts.continuation import Continuation
 from gateway.backend.contracts.tensors import Outputs, ReadRaws
-from gateway.backend.types import GenerationChunk, GenerationRequest
+from gateway.backend.types import GenerationChunk, GenerationRequest, Produced
 
 ParseOutputs = Callable[[Outputs, Sequence[bytes], bool], GenerationChunk]
 """One response's output descriptors, raw contents and final flag → a chunk."""
@@ -48,4 +49,14 @@ class Contract(Protocol):
     def stop_message(self, request: GenerationRequest) -> tuple[str, bytes] | None:
         """A request that stops ``request`` where cancelling its call does not (the model to send
         it to, its bytes); None where cancelling the call is enough."""
+        ...
+
+    def migratable(self, request: GenerationRequest) -> GenerationRequest | None:
+        """``request`` as sent where its stream may have to go on on another replica (asking for
+        the generated ids where the model gives them); None: it could not be continued."""
+        ...
+
+    def continuation(self, request: GenerationRequest, produced: Produced) -> Continuation | None:
+        """What continues ``request`` (as ``migratable`` returned it) on another replica, after it
+        produced ``produced``; None: it cannot be continued (``contracts/continuation.py``)."""
         ...

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from tritonclient.grpc import service_pb2
 
+from gateway.backend.contracts.continuation import Continuation, by_text, constrained
 from gateway.backend.contracts.interface import add_declared, add_priority
 from gateway.backend.contracts.tensors import Outputs, ReadRaws, split_bytes
 from gateway.backend.contracts.trtllm_fields import LLMAPI_FIELDS, add_flag, add_scalars, refuse, words
 from gateway.backend.contracts.trtllm_text import TextReader
-from gateway.backend.types import GenerationRequest, ModelInterface
+from gateway.backend.types import GenerationRequest, ModelInterface, Produced
 
 _HANDLED = frozenset({"lora_name", "structured_outputs", "bad_words", "logprobs"})
 _REASONS = {b"stop": "stop", b"length": "length", b"cancelled": "abort", b"timeout": "abort"}
@@ -77,3 +78,9 @@ class LlmApiContract:
 
     def stop_message(self, request: GenerationRequest) -> tuple[str, bytes] | None:
         return None  # a Triton cancel reaches the model itself
+
+    def migratable(self, request: GenerationRequest) -> GenerationRequest | None:
+        return None if constrained(request) else request
+
+    def continuation(self, request: GenerationRequest, produced: Produced) -> Continuation | None:
+        return by_text(request, produced)

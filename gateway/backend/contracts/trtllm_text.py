@@ -28,6 +28,7 @@ from typing import Any
 
 from tritonclient.grpc import service_pb2
 
+from gateway.backend.contracts.continuation import Continuation, by_text, constrained
 from gateway.backend.contracts.interface import add_declared, add_priority
 from gateway.backend.contracts.tensors import Outputs, ReadRaws, split_bytes, unpack_numbers
 from gateway.backend.contracts.trtllm_fields import (
@@ -42,7 +43,7 @@ from gateway.backend.contracts.trtllm_fields import (
     words,
 )
 from gateway.backend.contracts.trtllm_tokens import stop_request
-from gateway.backend.types import GenerationChunk, GenerationRequest, ModelInterface
+from gateway.backend.types import GenerationChunk, GenerationRequest, ModelInterface, Produced
 from gateway.errors import BackendError
 
 _REPLACEMENT = "\ufffd".encode()
@@ -249,3 +250,9 @@ class TextContract:
             return None
         name, interface = self._stop_step
         return name, stop_request(name, interface, request.request_id)
+
+    def migratable(self, request: GenerationRequest) -> GenerationRequest | None:
+        return None if constrained(request) else request
+
+    def continuation(self, request: GenerationRequest, produced: Produced) -> Continuation | None:
+        return by_text(request, produced)

@@ -19,6 +19,7 @@ from typing import Any
 
 from tritonclient.grpc import service_pb2
 
+from gateway.backend.contracts.continuation import Continuation, by_tokens, constrained
 from gateway.backend.contracts.interface import add_declared, add_matrix, add_priority
 from gateway.backend.contracts.tensors import Outputs, ReadRaws, unpack_numbers
 from gateway.backend.contracts.trtllm_fields import (
@@ -31,7 +32,7 @@ from gateway.backend.contracts.trtllm_fields import (
     refuse,
     task_of,
 )
-from gateway.backend.types import GenerationChunk, GenerationRequest, ModelInterface
+from gateway.backend.types import GenerationChunk, GenerationRequest, ModelInterface, Produced
 from gateway.errors import BackendError
 
 _HANDLED = frozenset({"bad_words", "structured_outputs", "lora_name", "logprobs", "stop_token_ids"})
@@ -178,6 +179,12 @@ class TokensContract:
 
     def stop_message(self, request: GenerationRequest) -> tuple[str, bytes] | None:
         return None  # a Triton cancel reaches the model itself (polled every cancellation_check_period_ms)
+
+    def migratable(self, request: GenerationRequest) -> GenerationRequest | None:
+        return None if constrained(request) else request
+
+    def continuation(self, request: GenerationRequest, produced: Produced) -> Continuation | None:
+        return by_tokens(request, produced)
 
 
 def stop_request(model: str, interface: ModelInterface, request_id: str) -> bytes:

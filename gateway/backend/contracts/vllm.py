@@ -10,11 +10,22 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import orjson
 from tritonclient.grpc import service_pb2
 
+from gateway.backend.contracts.continuation import (
+    RESUME_TOKEN_IDS,
+    RETURN_TOKEN_IDS,
+    TOKEN_IDS,
+    Continuation,
+    by_replay,
+    by_text,
+    constrained,
+    replays,
+)
 from gateway.backend.contracts.interface import add_priority
 from gateway.backend.contracts.tensors import (
     ONE_NUMBER,
@@ -25,7 +36,7 @@ from gateway.backend.contracts.tensors import (
     split_bytes,
     unpack_numbers,
 )
-from gateway.backend.types import Embedding, EmbeddingRequest, GenerationChunk, GenerationRequest
+from gateway.backend.types import Embedding, EmbeddingRequest, GenerationChunk, GenerationRequest, Produced
 from gateway.errors import BackendError
 
 # Tensor names of the vLLM-backend contract.
@@ -60,8 +71,13 @@ def build_infer_request(request: GenerationRequest) -> Any:
     flags = [EXCLUDE_INPUT_IN_OUTPUT, RETURN_FINISH_REASON, RETURN_NUM_INPUT_TOKENS, RETURN_NUM_OUTPUT_TOKENS]
     if request.return_logprobs:
         flags.append(RETURN_LOGPROBS)
+    if request.return_token_ids:
+        flags.append(RETURN_TOKEN_IDS)
     for flag in flags:
         add_tensor(infer, flag, "BOOL", [1], _bool(True))
+    if request.resume_ids:
+        ids = struct.pack(f"<{len(request.resume_ids)}q", *request.resume_ids)
+        add_tensor(infer, RESUME_TOKEN_IDS, "INT64", [len(request.resume_ids)], ids)
     if request.images:
         # The backend's own shape: BYTES [-1], one base64 file per element (``utils/request.py``
         # decodes each with ``b64decode`` and opens it with Pillow).
@@ -102,17 +118,19 @@ _PRIORITY_ENTRIES = {level: _priority_entry(level) for level in range(1, 9)}
 """The entries of the levels models declare (a few): made once, not per request."""
 
 
-def _input_descriptors(return_logprobs: bool) -> tuple[bytes, bytes]:
+def _input_descriptors(return_logprobs: bool, return_token_ids: bool) -> tuple[bytes, bytes]:
     """The part of the request every generation shares: its inputs' descriptors (field 5: name,
     datatype, shape [1]), and the raw contents of its flags, all true (after the prompt, the
     stream flag and the sampling parameters)."""
-    template = build_infer_request(GenerationRequest("", "", "", {}, return_logprobs=return_logprobs))
+    template = build_infer_request(
+        GenerationRequest("", "", "", {}, return_logprobs=return_logprobs, return_token_ids=return_token_ids)
+    )
     descriptors = b"".join(_length_delimited(_INPUTS, tensor.SerializeToString()) for tensor in template.inputs)
     flags = len(template.inputs) - 3
     return descriptors, _length_delimited(_RAW_CONTENTS, _bool(True)) * flags
 
 
-_DESCRIPTORS = {logprobs: _input_descriptors(logprobs) for logprobs in (False, True)}
+_DESCRIPTORS = {(lp, ids): _input_descriptors(lp, ids) for lp in (False, True) for ids in (False, True)}
 
 
 def infer_request_bytes(request: GenerationRequest) -> bytes:
@@ -125,12 +143,13 @@ def infer_request_bytes(request: GenerationRequest) -> bytes:
     protobuf itself. The pieces are laid out in field-number order with proto3's rules (an empty
     string left out, every element of a repeated field written), which is how protobuf
     serializes this message: a property test holds the bytes to ``SerializeToString``'s. A request
-    with images is rare and large (their encoding dominates): protobuf builds it. A priority
+    with images is rare and large (their encoding dominates): protobuf builds it, as it does a
+    continuation's (rare, and its replayed ids are one more tensor). A priority
     (field 4, between the id and the inputs) is the one map entry the gateway sends; a request
     without one, the usual, costs one test for it."""
-    if request.images:
+    if request.images or request.resume_ids:
         return bytes(build_infer_request(request).SerializeToString())
-    descriptors, flags = _DESCRIPTORS[request.return_logprobs]
+    descriptors, flags = _DESCRIPTORS[request.return_logprobs, request.return_token_ids]
     model = request.model.encode("utf-8")
     request_id = request.request_id.encode("utf-8")
     priority = request.priority
@@ -178,6 +197,7 @@ def parse_vllm_outputs(outputs: Outputs, raws: Sequence[bytes], final: bool) -> 
     num_in: int | None = None
     num_out: tuple[int, ...] | None = None
     logprobs: tuple[Any, ...] | None = None
+    token_ids: tuple[tuple[int, ...], ...] | None = None
     for (name, datatype), raw in zip(outputs, raws, strict=False):
         if name == TEXT_OUTPUT:
             text = split_bytes(raw)
@@ -190,7 +210,9 @@ def parse_vllm_outputs(outputs: Outputs, raws: Sequence[bytes], final: bool) -> 
             num_out = tuple(map(int, unpack_numbers(raw, datatype)))
         elif name == LOGPROBS:
             logprobs = tuple(orjson.loads(r) for r in split_bytes(raw))
-    return GenerationChunk(text, finish or (None,) * len(text), num_in, num_out, logprobs, final)
+        elif name == TOKEN_IDS:
+            token_ids = (tuple(map(int, unpack_numbers(raw, datatype))),)
+    return GenerationChunk(text, finish or (None,) * len(text), num_in, num_out, logprobs, final, token_ids)
 
 
 _USUAL = frozenset({TEXT_OUTPUT, FINISH_REASON, NUM_INPUT_TOKENS, NUM_OUTPUT_TOKENS})
@@ -199,11 +221,13 @@ _COUNT_TYPES = frozenset({"UINT32", "INT32", "UINT64", "INT64"})
 
 def vllm_outputs_plan(outputs: Outputs) -> ReadRaws | None:
     """A faster reading of the usual layout (text, finish reason and both token counts as
-    integers, each once, nothing else) than ``parse_vllm_outputs``' walk over the names: each
-    output is taken from its place. Gives what ``parse_vllm_outputs`` gives; a response whose
-    counts are not one number each (several sequences) goes to it. None for any other layout."""
+    integers, each once, and the generated ids where they were asked for, nothing else) than
+    ``parse_vllm_outputs``' walk over the names: each output is taken from its place. Gives what
+    ``parse_vllm_outputs`` gives; a response whose counts are not one number each (several
+    sequences) goes to it. None for any other layout."""
     places = {name: index for index, (name, _) in enumerate(outputs)}
-    if len(outputs) != len(_USUAL) or places.keys() != _USUAL:
+    names = places.keys() - {TOKEN_IDS}
+    if len(outputs) != len(names) + (TOKEN_IDS in places) or names != _USUAL:
         return None
     text_at, finish_at, in_at, out_at = (
         places[name] for name in (TEXT_OUTPUT, FINISH_REASON, NUM_INPUT_TOKENS, NUM_OUTPUT_TOKENS)
@@ -213,6 +237,10 @@ def vllm_outputs_plan(outputs: Outputs) -> ReadRaws | None:
         return None
     unpack_in, in_size = ONE_NUMBER[in_type]
     unpack_out, out_size = ONE_NUMBER[out_type]
+    ids_at = places.get(TOKEN_IDS)
+    if ids_at is not None and outputs[ids_at][1] not in _COUNT_TYPES:
+        return None
+    ids_type = outputs[ids_at][1] if ids_at is not None else "INT64"
 
     def read(raws: Sequence[bytes], final: bool) -> GenerationChunk:
         counted_in, counted_out = raws[in_at], raws[out_at]
@@ -225,6 +253,7 @@ def vllm_outputs_plan(outputs: Outputs) -> ReadRaws | None:
             text = split_bytes(raw)
         raw = raws[finish_at]
         finish = (None,) if raw == _UNFINISHED else tuple(map(_finish_reason, split_bytes(raw)))
+        ids = None if ids_at is None else (tuple(map(int, unpack_numbers(raws[ids_at], ids_type))),)
         # ``tuple.__new__`` with every field: the NamedTuple's own ``__new__`` is a Python frame
         return _new_tuple(
             GenerationChunk,
@@ -235,7 +264,7 @@ def vllm_outputs_plan(outputs: Outputs) -> ReadRaws | None:
                 unpack_out(counted_out),
                 None,
                 final,
-                None,
+                ids,
                 None,
             ),
         )
@@ -296,6 +325,14 @@ class VllmContract:
 
     def stop_message(self, request: GenerationRequest) -> tuple[str, bytes] | None:
         return None
+
+    def migratable(self, request: GenerationRequest) -> GenerationRequest | None:
+        if replays(request):
+            return replace(request, return_token_ids=True)
+        return None if constrained(request) else request
+
+    def continuation(self, request: GenerationRequest, produced: Produced) -> Continuation | None:
+        return by_replay(request, produced) if request.return_token_ids else by_text(request, produced)
 
 
 VLLM = VllmContract()

@@ -3,7 +3,9 @@
 Each replica is a ``TritonBackend`` of its own (its own connections, in-flight count and model
 list). The pool is what the rest of the gateway sees: ``list_models`` is the union of the
 replicas' catalogs, ``server_ready`` is true while any replica is, and ``generate`` places each
-request with the ``Router`` among the replicas that are in rotation and serve its model.
+request with the ``Router`` among the replicas that are in rotation and serve its model, by their
+load: the gateway's in-flight count weighed with what each engine reports on its Triton's metrics
+endpoint, read every ``load_interval`` (``engine_load.py``).
 
 Failure handling, and why:
 - A call that fails because the replica cannot be reached (gRPC UNAVAILABLE from the transport:
@@ -11,8 +13,9 @@ Failure handling, and why:
   replica: it leaves the rotation for a backoff (1 s, doubling per consecutive failure up to
   30 s), then a probe (``ServerReady`` and its model list) decides whether it returns. Requests
   pay for a dead replica at most once, instead of each one waiting for its own connect error.
-- A request that failed before its first token is tried once more on another replica. Never
-  after: the client has seen output, and a second generation would not continue it.
+- A request that failed before its first token is tried once more on another replica. One that
+  fails after it, with the replica to blame, moves: another replica continues it from what it
+  generated, up to ``migration_limit`` times (``stream.py``; the contract builds the request).
 - When no replica is in rotation, requests still go to the replicas that serve the model
   ("panic mode"): refusing everything while Triton may be back already would turn a blip into an
   outage, and with one replica this is exactly the single-endpoint behaviour.
@@ -27,35 +30,43 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
-from gateway.backend.handoff import HandOffStream
 from gateway.backend.replicas.endpoints import resolve
+from gateway.backend.replicas.engine_load import EngineLoad, EngineLoadReader, replica_load, total_load
 from gateway.backend.replicas.router import Choice, Route, Router
+from gateway.backend.replicas.stream import PoolStream
 from gateway.backend.types import (
     Backend,
     BackendModel,
     Embedding,
     EmbeddingRequest,
-    GenerationChunk,
     GenerationRequest,
-    GenerationStream,
 )
 from gateway.config import EndpointSpec
 from gateway.errors import BackendUnavailableError, BackendUnreachableError, GatewayError
-from gateway.tracing import ROUTE, current_trace
 
 logger = logging.getLogger(__name__)
 
 EJECT_BASE = 1.0
 EJECT_MAX = 30.0
 PROBE_TIMEOUT = 2.0
+STALE_READS = 3
+"""Intervals without an answer from a replica's metrics after which its load is not trusted."""
 TICK = 0.25
 """Seconds between the pool's housekeeping rounds (due probes, due DNS lookups)."""
 HEALTH_INTERVAL = 5.0
 """Seconds between readiness probes of a replica in rotation."""
+
+
+def metrics_url(address: str, port: int | None) -> str | None:
+    """The metrics endpoint of the Triton at ``address`` (its gRPC ``host:port``)."""
+    if port is None:
+        return None
+    host = address.rsplit(":", 1)[0]
+    return f"http://{host}:{port}/metrics"
 
 
 def _backoff(failures: int) -> float:
@@ -74,6 +85,16 @@ class RoutingObserver(Protocol):
     def replica_up(self, replica: str, up: bool) -> None: ...
 
     def replica_in_flight(self, replica: str, delta: int) -> None: ...
+
+    def engine_load(self, replica: str, loads: Mapping[str, EngineLoad] | None) -> None:
+        """After each read of a replica's metrics; None: it did not answer."""
+        ...
+
+    def migrated(self, replica: str, outcome: str, seconds: float | None) -> None:
+        """A stream whose replica failed mid-stream: ``continued`` elsewhere (``seconds`` from the
+        failure to the continuation's first tokens), ``failed`` (no replica could take it) or
+        ``not_continuable`` (its contract cannot continue it, or it moved ``migration_limit`` times)."""
+        ...
 
 
 @dataclass(eq=False)
@@ -95,9 +116,39 @@ class Replica:
     """``time.monotonic()`` of the next readiness probe."""
     retired: bool = False
     """Gone from DNS: out of rotation for good, closed once its streams end."""
+    metrics_url: str | None = None
+    """Its Triton's metrics endpoint (``triton_metrics``); None: its load is not read."""
+    engine: EngineLoad | None = None
+    """The engine's load at the last read that answered (all models), None before one."""
+    engine_read_at: float = 0.0
+    """``time.monotonic()`` of that read."""
+    in_flight_at_read: int = 0
+    """``in_flight`` when ``engine`` was read: what this gateway placed since then is not in it."""
+    next_read: float = 0.0
+    stale_after: float = float("inf")
+    """Seconds after a read past which its load is no longer trusted."""
 
     def serves(self, model: str) -> bool:
         return self.models is None or model in self.models
+
+    @property
+    def load(self) -> float:
+        """The router's score: in-flight requests weighed with the engine's own load, the engine's
+        running count moved by what this gateway placed or finished there since the read (a
+        burst placed within one interval would otherwise all go to the replica the read called
+        idle)."""
+        engine = self.engine
+        since = self.in_flight - self.in_flight_at_read
+        if engine is not None and since:
+            engine = EngineLoad(max(0.0, engine.running + since), engine.waiting, engine.kv_usage)
+        return replica_load(self.in_flight, engine, self.trusted)
+
+    @property
+    def trusted(self) -> bool:
+        """Whether its load is known: metrics not read at all, or read (or the replica joined)
+        within ``STALE_READS`` intervals (a replica whose metrics stopped answering is scored
+        down, not believed idle)."""
+        return self.metrics_url is None or time.monotonic() - self.engine_read_at <= self.stale_after
 
 
 class ReplicaPool:
@@ -111,6 +162,8 @@ class ReplicaPool:
         *,
         resolve_interval: float = 5.0,
         observer: RoutingObserver | None = None,
+        migration_limit: int = 0,
+        load_interval: float = 1.0,
     ) -> None:
         self._specs = tuple(specs)
         self._make_backend = make_backend
@@ -123,10 +176,18 @@ class ReplicaPool:
         self._next_resolve = 0.0
         self._housekeeping: asyncio.Task[None] | None = None
         self._probing: set[asyncio.Task[None]] = set()
+        self.migration_limit = migration_limit
+        """Moves per stream to another replica after its own failed mid-stream (0: none)."""
+        self._load_interval = load_interval
+        self._loads = EngineLoadReader(timeout=min(2.0, load_interval * 2))
 
     @property
     def replicas(self) -> list[Replica]:
         return list(self._replicas.values())
+
+    def several(self) -> bool:
+        """Whether a stream could move: more than one replica is known."""
+        return sum(not r.retired for r in self._replicas.values()) > 1
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -143,6 +204,7 @@ class ReplicaPool:
             task.cancel()
         await asyncio.gather(*(r.backend.close() for r in self._replicas.values()), return_exceptions=True)
         self._replicas.clear()
+        await self._loads.aclose()
 
     def abort_all(self, error: Exception) -> int:
         return sum(r.backend.abort_all(error) for r in self._replicas.values())
@@ -153,6 +215,7 @@ class ReplicaPool:
         """Resolve every entry; add new replicas, retire the ones DNS no longer lists."""
         self._next_resolve = time.monotonic() + self._resolve_interval
         found: list[str] = []
+        metrics: dict[str, str | None] = {}
         for spec in self._specs:
             addresses = await resolve(spec)
             if addresses is None:
@@ -166,10 +229,13 @@ class ReplicaPool:
             for address in addresses:
                 if address not in found:
                     found.append(address)
+                    metrics[address] = metrics_url(address, spec.metrics_port)
         changed = False
         for address in found:
             if address not in self._replicas:
-                replica = Replica(address, self._make_backend(address))
+                replica = Replica(address, self._make_backend(address), metrics_url=metrics[address])
+                replica.stale_after = STALE_READS * self._load_interval
+                replica.engine_read_at = time.monotonic()  # trusted for as long as a read may take
                 await replica.backend.start()
                 self._replicas[address] = replica
                 changed = True
@@ -182,6 +248,7 @@ class ReplicaPool:
                 changed = True
                 if self.observer is not None:
                     self.observer.replica_up(address, False)
+                    self.observer.engine_load(address, None)
                 logger.info("Triton replica %s left DNS; closed once its %d streams end", address, replica.in_flight)
         if changed:
             self.router.set_members([r for r in self._replicas.values() if not r.retired])
@@ -205,11 +272,27 @@ class ReplicaPool:
                 for replica in self._replicas.values():
                     if not replica.retired and now >= replica.next_probe:
                         replica.next_probe = now + HEALTH_INTERVAL  # not twice while one runs
-                        task = asyncio.create_task(self._probe(replica))
-                        self._probing.add(task)
-                        task.add_done_callback(self._probing.discard)
+                        self._spawn(self._probe(replica))
+                    if replica.metrics_url is not None and not replica.retired and now >= replica.next_read:
+                        replica.next_read = now + self._load_interval
+                        self._spawn(self._read_load(replica, replica.metrics_url))
             except Exception:  # a bug here must not stop health checking for good
                 logger.exception("replica housekeeping failed")
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._probing.add(task)
+        task.add_done_callback(self._probing.discard)
+
+    async def _read_load(self, replica: Replica, url: str) -> None:
+        """The engine's load from its Triton's metrics (``engine_load.py``)."""
+        loads = await self._loads.read(url)
+        if loads is not None:
+            replica.engine = total_load(loads)
+            replica.engine_read_at = time.monotonic()
+            replica.in_flight_at_read = replica.in_flight
+        if self.observer is not None:
+            self.observer.engine_load(replica.address, loads)
 
     async def _probe(self, replica: Replica) -> None:
         """Readiness and the model list: back in rotation when both answer, ejected when not."""
@@ -354,87 +437,6 @@ class ReplicaPool:
         if self.observer is not None:
             self.observer.routed(replica.address, choice.route.value, choice.home)
         return replica
-
-
-class PoolStream(HandOffStream):
-    """One generation placed by the pool: ``ReplicaPool.generate``'s stream of batches.
-
-    A ``HandOffStream`` rather than an async generator, as every token passes through it: its
-    first step places the generation, reads the first batch, and places it once more on another
-    replica if it failed before that batch with the backend unavailable. After that,
-    ``__anext__`` hands out the replica's stream's own, and ``aclose`` learns from that stream's
-    ``error`` whether the replica failed mid-stream.
-    """
-
-    __slots__ = ("_pool", "_request", "_replica", "_inner", "_error")
-
-    def __init__(self, pool: ReplicaPool, request: GenerationRequest) -> None:
-        super().__init__()
-        self._pool = pool
-        self._request = request
-        self._replica: Replica | None = None
-        """Where the generation runs, until it is closed."""
-        self._inner: GenerationStream | None = None
-        self._error: BaseException | None = None
-
-    @property
-    def error(self) -> BaseException | None:
-        if self._error is not None:
-            return self._error
-        return self._inner.error if self._inner is not None else None
-
-    async def _start(self) -> list[GenerationChunk]:
-        pool, request = self._pool, self._request
-        tried: set[Replica] = set()
-        trace = current_trace.get()
-        while True:
-            choice = pool.router.choose(request.session_key, request.prompt, pool._eligible(request.model, tried))
-            if choice is None:
-                self._error = BackendUnavailableError(
-                    f"no Triton replica serves the model '{request.model}' now", headers={"Retry-After": "1"}
-                )
-                raise self._error
-            replica = self._replica = pool._placed(request, choice)
-            if trace is not None:
-                trace.event(ROUTE, None, {"gateway.replica": replica.address, "gateway.route": choice.route.value})
-            replica.in_flight += 1
-            if pool.observer is not None:
-                pool.observer.replica_in_flight(replica.address, 1)
-            inner = self._inner = replica.backend.generate(request)
-            try:
-                batch = await inner.__anext__()
-            except BackendUnavailableError as exc:
-                await self._release(exc)
-                tried.add(replica)
-                if len(tried) > 1 or not pool._eligible(request.model, tried):
-                    self._error = exc
-                    raise
-                logger.info("retrying elsewhere: %s failed before the first token (%s)", replica.address, exc.message)
-                if pool.observer is not None:
-                    pool.observer.retried(replica.address)
-                continue
-            self._hand_off(inner.__anext__)
-            return batch
-
-    async def _release(self, error: BaseException | None = None) -> None:
-        """Close the replica's stream, free its slot there and tell the pool what the stream's
-        failure (``error``, else the one the stream kept) says of the replica; once."""
-        replica, inner = self._replica, self._inner
-        if replica is None or inner is None:
-            return
-        self._replica = None
-        pool = self._pool
-        try:
-            await inner.aclose()
-        finally:
-            replica.in_flight -= 1
-            if pool.observer is not None:
-                pool.observer.replica_in_flight(replica.address, -1)
-            pool._failed(replica, self._request.model, error if error is not None else inner.error)
-
-    async def aclose(self) -> None:
-        self._stop()
-        await self._release()
 
 
 __all__ = ["ReplicaPool", "PoolStream", "Replica", "RoutingObserver", "Route"]

@@ -6,7 +6,8 @@ leaves, only the keys it held move (to their next member), and when it returns e
 keys move back; every other conversation keeps its warm cache. Why bounded: a key takes the
 first preferred replica whose load is under ``ceil(factor × (total + 1) / members)``, so one hot
 session or one shared system prompt spills to its next replica instead of piling onto one
-(below a floor the router sets, nothing spills).
+(below a floor the router sets, nothing spills). A load is whatever the caller scores members
+by, in requests and not necessarily whole (the router's is the pool's ``replica_load``).
 
 Every gateway process builds the same ring from the same member names (the hash is keyed by
 nothing but the name), so workers and gateway replicas agree on where a key lives without
@@ -64,15 +65,15 @@ class HashRing(Generic[M]):
                     return
 
 
-def load_bound(members: Sequence[M], load: Callable[[M], int], factor: float, floor: int) -> int:
-    """The in-flight count at which a member is too busy to take a keyed request: ``factor``
+def load_bound(members: Sequence[M], load: Callable[[M], float], factor: float, floor: int) -> int:
+    """The load (in requests) at which a member is too busy to take a keyed request: ``factor``
     times the mean counting the request being placed, and at least ``floor``."""
     total = sum(load(m) for m in members)
     return max(floor, math.ceil(factor * (total + 1) / len(members)))
 
 
 def bounded_choice(
-    preference: Iterable[M], eligible: Sequence[M], load: Callable[[M], int], factor: float, floor: int
+    preference: Iterable[M], eligible: Sequence[M], load: Callable[[M], float], factor: float, floor: int
 ) -> tuple[M, bool]:
     """The first preferred member among ``eligible`` (not empty) whose load is under the bound,
     and whether it is the key's home (its first eligible member). An eligible member missing from

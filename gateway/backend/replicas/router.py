@@ -13,6 +13,11 @@ both: they are there to compare against, and for backends without a prefix cache
 Both keyed routes respect the same load bound: a replica at or over it is passed over for the
 next best (``bounded_choice``).
 
+Every load decision (the bound, the least busy replica, the order among equal prefix matches)
+reads a candidate's ``load``: its score in requests, which the pool computes from its own
+in-flight count and the replica's engine metrics (``engine_load.replica_load``). The router
+knows nothing of where the number comes from.
+
 With one replica known there is nothing to choose between, and the prefix route is skipped: its
 prompts are neither hashed nor remembered (hashing 16 K characters took ~15 µs of every
 request's path to Triton, ~5 % of it), and they are placed as ``least_loaded``. Once a second
@@ -48,8 +53,13 @@ class Route(StrEnum):
 
 
 class Candidate(Protocol):
-    address: str
-    in_flight: int
+    @property
+    def address(self) -> str: ...
+
+    @property
+    def load(self) -> float:
+        """How busy it is, in requests (lower takes the next one)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +72,7 @@ class Choice:
 
 
 SESSION_MIN_BOUND = 8
-"""A replica running fewer requests than this is never too busy for a session's next turn. A
+"""A replica whose load is under this many requests is never too busy for a session's next turn. A
 conversation sends one request at a time, and moving it loses its whole cache, while an
 inference server batches many requests at once: spilling at such a light load would trade a sure
 hit for nothing (the bound alone, ceil(1.25 x 2 / 3) = 1, would move a session's turn whenever
@@ -74,8 +84,8 @@ requests at once, so it must spread sooner, and a spill loses only what is share
 next replica caches after one request."""
 
 
-def _load(candidate: Candidate) -> int:
-    return candidate.in_flight
+def _load(candidate: Candidate) -> float:
+    return candidate.load
 
 
 class Router:
@@ -127,8 +137,8 @@ class Router:
             bound = load_bound(eligible, _load, self._load_factor, PREFIX_MIN_BOUND)
             # Longest match first, the less busy first among equal matches (a system prompt warm
             # everywhere: load decides).
-            ranked = sorted(scored, key=lambda pair: (-pair[0], pair[1].in_flight))
-            score, replica = next(((s, c) for s, c in ranked if c.in_flight < bound), (0, self._least_loaded(eligible)))
+            ranked = sorted(scored, key=lambda pair: (-pair[0], pair[1].load))
+            score, replica = next(((s, c) for s, c in ranked if c.load < bound), (0, self._least_loaded(eligible)))
             choice = Choice(replica, Route.PREFIX, score == best)
         table = tables.get(choice.replica.address)
         if table is not None:

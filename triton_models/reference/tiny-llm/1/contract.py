@@ -26,6 +26,8 @@ RETURN_NUM_INPUT_TOKENS = "return_num_input_tokens"
 RETURN_NUM_OUTPUT_TOKENS = "return_num_output_tokens"
 RETURN_LOGPROBS = "return_logprobs"
 RETURN_CUMULATIVE_LOGPROB = "return_cumulative_logprob"
+RETURN_TOKEN_IDS = "return_token_ids"
+RESUME_TOKEN_IDS = "resume_token_ids"
 BOOL_INPUTS = (
     STREAM,
     EXCLUDE_INPUT_IN_OUTPUT,
@@ -34,6 +36,7 @@ BOOL_INPUTS = (
     RETURN_NUM_OUTPUT_TOKENS,
     RETURN_LOGPROBS,
     RETURN_CUMULATIVE_LOGPROB,
+    RETURN_TOKEN_IDS,
 )
 
 TEXT_OUTPUT = "text_output"
@@ -42,6 +45,7 @@ NUM_INPUT_TOKENS = "num_input_tokens"
 NUM_OUTPUT_TOKENS = "num_output_tokens"
 LOGPROBS = "logprobs"
 CUMULATIVE_LOGPROB = "cumulative_logprob"
+TOKEN_IDS = "token_ids"
 
 
 class RequestError(ValueError):
@@ -61,8 +65,11 @@ class RawRequest:
     return_num_output_tokens: bool | None = None
     return_logprobs: bool | None = None
     return_cumulative_logprob: bool | None = None
+    return_token_ids: bool | None = None
     images: tuple[bytes, ...] = ()
     """The ``image`` input's elements: base64 image files, as the vLLM backend takes them."""
+    resume_token_ids: tuple[int, ...] | None = None
+    """Tokens this request already generated elsewhere, to replay as its own output (None: absent)."""
 
     def prompt(self) -> str:
         """The prompt as text; vLLM takes a str prompt, so non-UTF-8 bytes are a client error."""
@@ -72,6 +79,26 @@ class RawRequest:
             return self.text_input.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise RequestError(f"input '{TEXT_INPUT}' is not valid UTF-8: {exc}") from None
+
+
+def resume_ids(request: RawRequest, n: int, vocab_size: int) -> tuple[int, ...]:
+    """The ids to replay, checked: a replay continues one sequence, and each id must be a token.
+    The inputs that only make sense for one sequence are refused with ``n`` > 1 by name, so the
+    gateway's error says which of its inputs was wrong."""
+    for name, present in (
+        (RETURN_TOKEN_IDS, bool(request.return_token_ids)),
+        (RESUME_TOKEN_IDS, request.resume_token_ids is not None),
+    ):
+        if present and n != 1:
+            raise RequestError(f"input '{name}' needs n = 1, got n = {n}")
+    ids = request.resume_token_ids or ()
+    for position, token in enumerate(ids):
+        if not 0 <= token < vocab_size:
+            raise RequestError(
+                f"input '{RESUME_TOKEN_IDS}': id {token} at position {position} is out of the vocabulary "
+                f"(0..{vocab_size - 1})"
+            )
+    return ids
 
 
 def image_lines(images: tuple[bytes, ...]) -> bytes:
@@ -99,6 +126,7 @@ class OutputOptions:
     num_output_tokens: bool = False
     logprobs: bool = False
     cumulative_logprob: bool = False
+    token_ids: bool = False
 
     @classmethod
     def from_request(cls, request: RawRequest) -> OutputOptions:
@@ -108,13 +136,15 @@ class OutputOptions:
             num_output_tokens=bool(request.return_num_output_tokens),
             logprobs=bool(request.return_logprobs),
             cumulative_logprob=bool(request.return_cumulative_logprob),
+            token_ids=bool(request.return_token_ids),
         )
 
 
 def build_outputs(
     deltas: list[SequenceDelta], options: OutputOptions, num_input_tokens: int, prefix: bytes = b""
 ) -> dict[str, np.ndarray]:
-    """One response's output tensors: one element per sequence (``prefix`` echoes the prompt)."""
+    """One response's output tensors: one element per sequence (``prefix`` echoes the prompt).
+    ``token_ids`` is the one sequence's new ids (``resume_ids`` refuses it with ``n`` > 1)."""
     outputs: dict[str, np.ndarray] = {
         TEXT_OUTPUT: np.array([prefix + delta.text for delta in deltas], dtype=np.object_),
     }
@@ -130,4 +160,6 @@ def build_outputs(
         )
     if options.cumulative_logprob:
         outputs[CUMULATIVE_LOGPROB] = np.array([delta.cumulative_logprob for delta in deltas], dtype=np.float32)
+    if options.token_ids:
+        outputs[TOKEN_IDS] = np.array(deltas[0].token_ids, dtype=np.int64)
     return outputs

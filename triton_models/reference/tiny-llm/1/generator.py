@@ -21,18 +21,28 @@ Structured outputs (``params.structured``, grammar.py): each sequence has its ow
 comes first (as vLLM applies its bitmask before the sampler), EOS is allowed only where the grammar
 accepts (never with ``ignore_eos``), and a token that completes the grammar ends the sequence with
 "stop" (before the "length" check, as every stop).
+
+Replay (``resume_token_ids``: the tokens a request already generated on a replica that failed):
+each id goes through the very step that generated it, with the drawn token replaced by the id.
+So the KV cache gets the same forward calls, the stop-string buffer the same bytes (its sent mark
+moves as if each step's delta had been sent), counts, ``min_tokens``, bad words and the grammar
+see the id as output, and a seeded generator is advanced by the same draw, whose result is
+discarded. Everything after the replay is then bit-identical to the uninterrupted run. The ids are
+not checked against the masks (they are this model's own output); only the grammar can refuse one.
 """
 
 from __future__ import annotations
 
 import os
+from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from bad_words import bad_word_token_ids, banned_tokens
 from engine import TinyLlmEngine
-from grammar import TokenMatcher
+from grammar import GrammarError, TokenMatcher
 from sampler import apply_logit_bias, apply_penalties, ban_tokens, choose_token, logprob_entry
 from sampling_params import SamplingParams
 from stop import StopTextBuffer
@@ -45,6 +55,10 @@ _SEED_STRIDE = 0x9E3779B97F4A7C15  # odd 64-bit constant: spreads sibling seeds 
 
 class PromptTooLongError(ValueError):
     """The prompt leaves no room for a single generated token."""
+
+
+class ReplayError(ValueError):
+    """A resumed id the structured-output grammar does not allow there (the request's error)."""
 
 
 def sequence_seed(seed: int | None, index: int) -> int:
@@ -64,6 +78,8 @@ class SequenceDelta:
     logprobs: list[dict[str, dict[str, Any]]] | None
     cumulative_logprob: float
     finish_reason: str | None
+    token_ids: tuple[int, ...] = ()
+    """The ids of the ``num_tokens`` new tokens."""
 
 
 @dataclass
@@ -77,14 +93,20 @@ class _Sequence:
     token_ids: list[int] = field(default_factory=list)
     cumulative_logprob: float = 0.0
     finish_reason: str | None = None
-    new_tokens: int = 0
+    new_token_ids: list[int] = field(default_factory=list)
     new_logprobs: list[dict[str, dict[str, Any]]] = field(default_factory=list)
 
 
 class Generation:
     """One request's sequences; call ``step()`` until ``finished``."""
 
-    def __init__(self, engine: TinyLlmEngine, prompt_ids: list[int], params: SamplingParams) -> None:
+    def __init__(
+        self,
+        engine: TinyLlmEngine,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        resume_token_ids: Sequence[int] = (),
+    ) -> None:
         max_model_len = engine.config.max_model_len
         if not prompt_ids:
             raise PromptTooLongError("The decoder prompt cannot be empty")
@@ -108,6 +130,10 @@ class Generation:
             self._disallowed = torch.ones(engine.vocab_size, dtype=torch.bool)
             self._disallowed[torch.tensor(params.allowed_token_ids, dtype=torch.long)] = False
         self.sequences = [self._new_sequence(index) for index in range(params.n)]
+        if resume_token_ids and params.n != 1:
+            raise ValueError("resume_token_ids continue one sequence (n = 1)")
+        self._replay: deque[int] = deque(resume_token_ids)
+        self._replayed = 0
 
     def _new_sequence(self, index: int) -> _Sequence:
         generator = None
@@ -125,14 +151,49 @@ class Generation:
     def finished(self) -> bool:
         return all(sequence.finish_reason is not None for sequence in self.sequences)
 
+    @property
+    def replaying(self) -> bool:
+        """Whether resumed ids remain to replay (``step()`` refuses to run until none remain)."""
+        return bool(self._replay)
+
+    @property
+    def tokens_held(self) -> int:
+        """Tokens in the KV caches of the unfinished sequences (prompt and output)."""
+        return sum(len(self.prompt_ids) + len(s.token_ids) for s in self.sequences if s.finish_reason is None)
+
+    def replay(self, limit: int) -> None:
+        """Replay up to ``limit`` resumed ids, each one decode step; their deltas are dropped.
+
+        When a replayed id ends the sequence (EOS, a stop, ``max_tokens``), the ids after it are
+        dropped and the next ``step()`` returns the empty final delta with the finish reason."""
+        sequence = self.sequences[0]
+        for _ in range(min(limit, len(self._replay))):
+            token = self._replay.popleft()
+            try:
+                self._advance(sequence, forced=token)
+            except GrammarError:
+                raise ReplayError(
+                    f"input 'resume_token_ids': id {token} at position {self._replayed} is not allowed there "
+                    "by the structured-output grammar"
+                ) from None
+            self._replayed += 1
+            self._take_delta(sequence)
+            if sequence.finish_reason is not None:
+                self._replay.clear()
+                return
+
     def step(self) -> list[SequenceDelta]:
         """Generate one token for every unfinished sequence; return each sequence's delta."""
+        if self._replay:
+            raise RuntimeError("step() while resumed ids remain to replay")
         for sequence in self.sequences:
             if sequence.finish_reason is None:
                 self._advance(sequence)
         return [self._take_delta(sequence) for sequence in self.sequences]
 
-    def _advance(self, sequence: _Sequence) -> None:
+    def _advance(self, sequence: _Sequence, forced: int | None = None) -> None:
+        """One decode step. ``forced``: a replayed id, taken instead of the drawn token (the draw
+        still happens, so a seeded generator moves on exactly as it did for that token)."""
         params = self.params
         result = self._engine.forward(sequence.pending, sequence.cache, params.lora_name)
         sequence.cache = result.cache
@@ -152,14 +213,16 @@ class Generation:
             ban_tokens(logits, self._stop_ids)
         apply_penalties(logits, sequence.counts, self._prompt_mask, params)
         token = choose_token(logits, params, sequence.generator)
+        if forced is not None:
+            token = forced
         grammar_complete = sequence.matcher is not None and sequence.matcher.accept(token)
 
         sequence.token_ids.append(token)
         sequence.pending = [token]
         sequence.counts[token] += 1
-        sequence.new_tokens += 1
+        sequence.new_token_ids.append(token)
         sequence.cumulative_logprob += float(raw_logprobs[token])
-        if params.logprobs is not None:
+        if params.logprobs is not None and forced is None:
             sequence.new_logprobs.append(logprob_entry(raw_logprobs, token, params.logprobs, self._engine.decode_token))
         stop_token = token in self._stop_ids and not before_min_tokens
         if stop_token:
@@ -185,12 +248,13 @@ class Generation:
     def _take_delta(self, sequence: _Sequence) -> SequenceDelta:
         delta = SequenceDelta(
             text=sequence.text.take_delta(final=sequence.finish_reason is not None),
-            num_tokens=sequence.new_tokens,
+            num_tokens=len(sequence.new_token_ids),
             logprobs=list(sequence.new_logprobs) if self.params.logprobs is not None else None,
             cumulative_logprob=sequence.cumulative_logprob,
             finish_reason=sequence.finish_reason,
+            token_ids=tuple(sequence.new_token_ids),
         )
-        sequence.new_tokens = 0
+        sequence.new_token_ids.clear()
         sequence.new_logprobs.clear()
         return delta
 
@@ -208,4 +272,5 @@ def merge_deltas(earlier: SequenceDelta | None, later: SequenceDelta) -> Sequenc
         logprobs=logprobs,
         cumulative_logprob=later.cumulative_logprob,
         finish_reason=later.finish_reason,
+        token_ids=earlier.token_ids + later.token_ids,
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import threading
 from pathlib import Path
@@ -23,9 +24,9 @@ if str(_HERE) not in sys.path:
     sys.path.insert(0, str(_HERE))
 
 import triton_python_backend_utils as pb_utils  # noqa: E402
-from contract import BOOL_INPUTS, IMAGE, SAMPLING_PARAMETERS, TEXT_INPUT, RawRequest  # noqa: E402
+from contract import BOOL_INPUTS, IMAGE, RESUME_TOKEN_IDS, SAMPLING_PARAMETERS, TEXT_INPUT, RawRequest  # noqa: E402
 from engine import TinyLlmEngine  # noqa: E402
-from model_config import load_model_config  # noqa: E402
+from model_config import load_model_config, step_delay_from_env  # noqa: E402
 from scheduler import Scheduler  # noqa: E402
 
 logger = logging.getLogger(__name__)
@@ -43,10 +44,12 @@ def read_request(request: Any) -> RawRequest:
     """The request's tensors as plain Python values (BYTES elements arrive as ``bytes``)."""
     flags = {name: (None if (value := _first(request, name)) is None else bool(value)) for name in BOOL_INPUTS}
     images = pb_utils.get_input_tensor_by_name(request, IMAGE)
+    resume = pb_utils.get_input_tensor_by_name(request, RESUME_TOKEN_IDS)
     return RawRequest(
         text_input=_first(request, TEXT_INPUT),
         sampling_parameters=_first(request, SAMPLING_PARAMETERS),
         images=tuple(images.as_numpy().reshape(-1)) if images is not None else (),
+        resume_token_ids=tuple(int(i) for i in resume.as_numpy().reshape(-1)) if resume is not None else None,
         **flags,
     )
 
@@ -90,7 +93,9 @@ class TritonSink:
 
 
 class TritonMetrics:
-    """The custom metric families on Triton's metrics port; one lock serialises calls from two threads."""
+    """The custom metric families on Triton's metrics port; one lock serialises calls from two threads.
+    The ``vllm:`` gauges have the vLLM engine's names, so a router reading either backend's
+    metrics sees one set of names."""
 
     def __init__(self, labels: dict[str, str]) -> None:
         self._lock = threading.Lock()
@@ -110,8 +115,26 @@ class TritonMetrics:
                 description="Requests queued or generating inside tiny-llm",
                 kind=pb_utils.MetricFamily.GAUGE,
             ),
+            pb_utils.MetricFamily(
+                name="vllm:num_requests_running",
+                description="Requests the engine is stepping now",
+                kind=pb_utils.MetricFamily.GAUGE,
+            ),
+            pb_utils.MetricFamily(
+                name="vllm:num_requests_waiting",
+                description="Requests admitted but not stepping yet (beyond max_num_seqs, or not yet taken in)",
+                kind=pb_utils.MetricFamily.GAUGE,
+            ),
+            pb_utils.MetricFamily(
+                name="vllm:kv_cache_usage_perc",
+                description="Tokens held by running sequences over model.json's kv_cache_tokens (1 = full)",
+                kind=pb_utils.MetricFamily.GAUGE,
+            ),
         ]
-        self._total, self._cancelled, self._in_flight = (family.Metric(labels=labels) for family in self._families)
+        self._total, self._cancelled, self._in_flight, *self._load = (
+            family.Metric(labels=labels) for family in self._families
+        )
+        self._load_values = [0.0, 0.0, 0.0]
 
     def request_received(self) -> None:
         with self._lock:
@@ -125,6 +148,13 @@ class TritonMetrics:
         with self._lock:
             self._in_flight.increment(float(delta))
 
+    def engine_load(self, running: int, waiting: int, kv_usage: float) -> None:
+        with self._lock:
+            for index, value in enumerate((float(running), float(waiting), kv_usage)):
+                if value != self._load_values[index]:
+                    self._load[index].set(value)
+                    self._load_values[index] = value
+
 
 class TritonPythonModel:
     """Triton's python-backend interface."""
@@ -133,14 +163,15 @@ class TritonPythonModel:
         if not pb_utils.using_decoupled_model_transaction_policy(json.loads(args["model_config"])):
             raise ValueError("tiny-llm streams its responses: config.pbtxt must set decoupled: true")
         config = load_model_config(_HERE)
+        step_delay = step_delay_from_env(os.environ)
         try:
             self._engine = TinyLlmEngine(config)
         except ImportError as exc:
             raise ImportError(_explain_import_error(exc)) from exc
         self._metrics = TritonMetrics({"model": args["model_name"], "version": args["model_version"]})
-        self._scheduler = Scheduler(self._engine, self._metrics)
+        self._scheduler = Scheduler(self._engine, self._metrics, step_delay)
         self._scheduler.start()
-        logger.info("tiny-llm ready (adapters: %s)", list(config.adapters))
+        logger.info("tiny-llm ready (adapters: %s, step delay %.1f ms)", list(config.adapters), step_delay * 1000)
 
     def execute(self, requests: list[Any]) -> None:
         for request in requests:

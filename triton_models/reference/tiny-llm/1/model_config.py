@@ -6,11 +6,16 @@ find the tokenizer and the adapter names, so their format is a contract worth te
 
 Relative paths in both files are resolved against the directory of the json file, so the model
 repository can be moved or mounted anywhere.
+
+One setting comes from the environment instead, ``TINY_LLM_STEP_DELAY_MS``: it belongs to a
+process (one replica of several started from the same repository is made slow), not to the model.
 """
 
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +33,10 @@ _MODEL_JSON_DEFAULTS: dict[str, Any] = {
     "max_num_seqs": 256,
     "num_threads": 1,
     "limit_mm_per_prompt": {"image": 0},
+    "kv_cache_tokens": 65536,
 }
+
+STEP_DELAY_ENV = "TINY_LLM_STEP_DELAY_MS"
 
 
 def _check_images(path: Path, limits: Any) -> int:
@@ -61,6 +69,9 @@ class ModelConfig:
     """Images one request may carry (vLLM's ``limit_mm_per_prompt: {"image": N}``); more are refused."""
     num_threads: int = 1
     """torch intra-op threads. Small on purpose: the machine has 2 cores shared with Triton itself."""
+    kv_cache_tokens: int = 65536
+    """The KV cache's size in tokens, as ``vllm:kv_cache_usage_perc`` divides by it. The caches are
+    not actually bounded (each sequence's grows as it needs): the number only scales the gauge."""
     adapters: dict[str, Path] = field(default_factory=dict)
     """LoRA adapter name -> adapter directory, in multi_lora.json order."""
 
@@ -132,5 +143,20 @@ def load_model_config(version_dir: Path) -> ModelConfig:
         max_num_seqs=_check_int(path, "max_num_seqs", values["max_num_seqs"], 1),
         num_threads=_check_int(path, "num_threads", values["num_threads"], 1),
         max_images=_check_images(path, values["limit_mm_per_prompt"]),
+        kv_cache_tokens=_check_int(path, "kv_cache_tokens", values["kv_cache_tokens"], 1),
         adapters=load_adapters(version_dir, values["enable_lora"], max_lora_rank),
     )
+
+
+def step_delay_from_env(environ: Mapping[str, str]) -> float:
+    """``TINY_LLM_STEP_DELAY_MS`` in seconds (unset or empty: 0); a bad value fails the model's load."""
+    raw = environ.get(STEP_DELAY_ENV, "").strip()
+    if not raw:
+        return 0.0
+    try:
+        milliseconds = float(raw)
+    except ValueError:
+        milliseconds = math.nan
+    if not math.isfinite(milliseconds) or milliseconds < 0:
+        raise ModelConfigError(f"{STEP_DELAY_ENV} must be a number of milliseconds >= 0, got {raw!r}")
+    return milliseconds / 1000.0

@@ -10,6 +10,17 @@ Metrics are exact by construction: ``requests_total`` counts every request at ar
 request is added to ``in_flight`` once and removed once (before its final response is sent, so a
 client that saw the end of its stream reads a settled gauge), and ``cancelled_total`` counts requests
 whose work stopped because the client cancelled (before or during generation).
+
+The engine-load gauges (vLLM's names: running, waiting, KV cache usage) are published by this
+thread after each round, from its own lists: running = the active jobs, waiting = the jobs queued
+behind them (``max_num_seqs``) or not yet taken in. A change of running or waiting is published at
+once; the KV usage alone (it grows with every token) at most every ``LOAD_PUBLISH_INTERVAL``, as
+each publication is a message to the Triton process and scrapes come about once a second.
+
+A resumed request (``resume_token_ids``) replays its ids in turns of ``REPLAY_STEPS_PER_TURN``
+decode steps, in the same round-robin as generation: a long replay catches up in a few rounds
+while every other stream waits at most that many steps (about 20 ms) for its next token. Replay
+steps send nothing and are not slowed by the step delay, which stands for a slow engine's tokens.
 """
 
 from __future__ import annotations
@@ -18,20 +29,23 @@ import dataclasses
 import logging
 import queue
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
-from contract import OutputOptions, RawRequest, RequestError, build_outputs, image_lines
+from contract import OutputOptions, RawRequest, RequestError, build_outputs, image_lines, resume_ids
 from engine import TinyLlmEngine
-from generator import Generation, PromptTooLongError, SequenceDelta, merge_deltas
+from generator import Generation, PromptTooLongError, ReplayError, SequenceDelta, merge_deltas
 from grammar import GrammarError
 from sampling_params import SamplingLimits, SamplingParamsError, parse_sampling_parameters
 
 logger = logging.getLogger(__name__)
 
 SHUTDOWN_MESSAGE = "tiny-llm is shutting down; the request was not completed"
+REPLAY_STEPS_PER_TURN = 16
+LOAD_PUBLISH_INTERVAL = 0.1
 
 
 class ResponseSink(Protocol):
@@ -49,13 +63,16 @@ class ResponseSink(Protocol):
 
 
 class ModelMetrics(Protocol):
-    """The three custom metrics; see the module docstring for when each moves."""
+    """The custom metrics; see the module docstring for when each moves."""
 
     def request_received(self) -> None: ...
 
     def request_cancelled(self) -> None: ...
 
     def in_flight_add(self, delta: int) -> None: ...
+
+    def engine_load(self, running: int, waiting: int, kv_usage: float) -> None:
+        """Set the engine-load gauges (called on the scheduler thread only)."""
 
 
 class InvalidRequestError(ValueError):
@@ -93,12 +110,14 @@ def prepare_job(raw: RawRequest, engine: TinyLlmEngine, sink: ResponseSink) -> J
         prompt = raw.prompt()
         params = parse_sampling_parameters(raw.sampling_parameters, limits)
         prompt_ids = engine.tokenize(prompt)
-        generation = Generation(engine, prompt_ids, params)
+        resumed = resume_ids(raw, params.n, engine.vocab_size)
+        generation = Generation(engine, prompt_ids, params, resumed)
         if len(raw.images) > engine.config.max_images:  # as vLLM's limit_mm_per_prompt refuses them
             raise RequestError(
                 f"At most {engine.config.max_images} image(s) may be provided in one prompt, got {len(raw.images)}"
             )
-        preamble = image_lines(raw.images) if raw.images else b""
+        # A resumed request said its image lines before its first token, on the first replica.
+        preamble = image_lines(raw.images) if raw.images and not resumed else b""
     except (RequestError, SamplingParamsError, PromptTooLongError, GrammarError) as exc:
         raise InvalidRequestError(str(exc)) from None
     stream = bool(raw.stream)
@@ -119,9 +138,13 @@ def prepare_job(raw: RawRequest, engine: TinyLlmEngine, sink: ResponseSink) -> J
 class Scheduler:
     """Owns the engine thread. ``handle`` is called from ``execute``; everything else runs inside."""
 
-    def __init__(self, engine: TinyLlmEngine, metrics: ModelMetrics) -> None:
+    def __init__(self, engine: TinyLlmEngine, metrics: ModelMetrics, step_delay: float = 0.0) -> None:
+        """``step_delay``: seconds slept after each generated step of a request (a slow engine)."""
         self._engine = engine
         self._metrics = metrics
+        self._step_delay = step_delay
+        self._published: tuple[int, int, float] | None = None
+        self._published_at = 0.0
         self._incoming: queue.Queue[Job | None] = queue.Queue()
         self._waiting: deque[Job] = deque()
         self._active: list[Job] = []
@@ -160,9 +183,28 @@ class Scheduler:
             self._admit()
             for job in list(self._active):
                 self._advance(job)
+            self._publish_load()
         for job in [*self._active, *self._waiting, *self._drain_incoming()]:
             self._release(job)
             self._safely(job, lambda job=job: job.sink.send_error(SHUTDOWN_MESSAGE))
+        self._metrics.engine_load(0, 0, 0.0)
+
+    def _publish_load(self) -> None:
+        running, waiting = len(self._active), len(self._waiting) + self._incoming.qsize()
+        now = time.monotonic()
+        previous = self._published
+        if (
+            previous is not None
+            and previous[:2] == (running, waiting)
+            and now - self._published_at < LOAD_PUBLISH_INTERVAL
+        ):
+            return
+        tokens = sum(job.generation.tokens_held for job in self._active)
+        load = (running, waiting, min(1.0, tokens / self._engine.config.kv_cache_tokens))
+        if load != previous:
+            self._metrics.engine_load(*load)
+            self._published = load
+        self._published_at = now
 
     def _drain_incoming(self) -> list[Job]:
         jobs = []
@@ -195,17 +237,34 @@ class Scheduler:
             self._active.append(job)
             running += job.num_sequences
 
+    def _step(self, job: Job) -> list[SequenceDelta] | None:
+        """The job's turn: a slice of its replay (None: nothing to send), or one generated step.
+        After a replay that ended the request, ``step()`` gives its empty final delta."""
+        generation = job.generation
+        if generation.replaying:
+            generation.replay(REPLAY_STEPS_PER_TURN)
+            if not generation.finished:
+                return None
+        generated = not generation.finished
+        deltas = generation.step()
+        if generated and self._step_delay:
+            self._stopping.wait(self._step_delay)
+        return deltas
+
     def _advance(self, job: Job) -> None:
         if job.sink.is_cancelled():
             self._cancel(job)
             return
         try:
-            deltas = job.generation.step()
+            deltas = self._step(job)
         except Exception as exc:  # noqa: BLE001 - any engine failure becomes that request's error
-            logger.exception("tiny-llm generation failed")
+            if not isinstance(exc, ReplayError):
+                logger.exception("tiny-llm generation failed")
             self._finish(job)
-            message = f"Error generating stream: {exc}"
+            message = str(exc) if isinstance(exc, ReplayError) else f"Error generating stream: {exc}"
             self._safely(job, lambda: job.sink.send_error(message))
+            return
+        if deltas is None:
             return
         if job.preamble:
             deltas = [dataclasses.replace(delta, text=job.preamble + delta.text) for delta in deltas]
