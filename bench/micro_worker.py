@@ -25,6 +25,7 @@ import asyncio
 import functools
 import hashlib
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -314,6 +315,17 @@ def check_stream(feature: Feature, answer: Answer, tokens: int) -> int:
     return chunks
 
 
+def replicated(url: str) -> str:
+    """``url`` as ``BENCH_MICRO_REPLICAS`` replicas (a variant's environment): the one Triton
+    under as many loopback addresses (127.0.0.1, 127.0.0.2...), so the pool knows several
+    replicas and its streams take the step that records them for a move."""
+    count = int(os.environ.get("BENCH_MICRO_REPLICAS", "1"))
+    host, _, port = url.rpartition(":")
+    if count <= 1 or host != "127.0.0.1":
+        return url
+    return ",".join(f"127.0.0.{i}:{port}" for i in range(1, count + 1))
+
+
 def quiet_background() -> None:
     """No replica housekeeping: every 0.25 s each app's pool (``Bench`` runs four) looks for due
     readiness probes, and every 5 s probes its replica (``ServerReady`` and the model list, about
@@ -340,7 +352,10 @@ class Bench:
         self.features = [f for f in FEATURES if f.name in wanted and not (all_scripted and f.name == "plain, scripted")]
         if "plain" not in [f.name for f in self.features]:
             self.features.insert(0, FEATURES[0])  # what every other feature's cost is over
-        self.base = {"triton_url": spec["triton_url"], "model_repository": [Path(p) for p in spec["repositories"]]}
+        self.base = {
+            "triton_url": replicated(spec["triton_url"]),
+            "model_repository": [Path(p) for p in spec["repositories"]],
+        }
         self.workdir = workdir
         self.apps: dict[str, Any] = {}
         self.missing: dict[str, str] = {}

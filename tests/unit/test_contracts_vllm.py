@@ -6,6 +6,7 @@ with the gateway's own ``pack_bytes``, so an encoding mistake on either side sho
 from __future__ import annotations
 
 import itertools
+import struct
 from typing import Any
 
 import numpy as np
@@ -110,6 +111,26 @@ def test_the_usual_layout_of_one_sequence(final: bool, reasons: Output, reason: 
     outputs = (text_output(b"tok"), reasons, num_input_tokens(7), num_output_tokens(1))
     assert vllm_outputs_plan(describe_outputs(response(*outputs))) is not None
     assert parse(*outputs, final=final) == GenerationChunk((b"tok",), (reason,), 7, (1,), None, final)
+
+
+def test_the_generated_ids_are_read_by_the_plan_too() -> None:
+    ids = ("token_ids", "INT64", [1], numbers([1234], "INT64"))
+    outputs = (text_output(b"tok"), finish_reason(b"None"), num_input_tokens(7), num_output_tokens(1), ids)
+    assert vllm_outputs_plan(describe_outputs(response(*outputs))) is not None
+    assert parse(*outputs) == GenerationChunk((b"tok",), (None,), 7, (1,), None, False, ((1234,),))
+    empty = ("token_ids", "INT64", [0], b"")
+    final = (text_output(b""), finish_reason(b"length"), num_input_tokens(7), num_output_tokens(0), empty)
+    assert parse(*final, final=True) == GenerationChunk((b"",), ("length",), 7, (0,), None, True, ((),))
+
+
+def test_a_continuation_carries_its_replayed_ids_and_asks_for_ids() -> None:
+    request = GenerationRequest("r", "m", "p", {"max_tokens": 5}, return_token_ids=True, resume_ids=(3, 2**40, 7))
+    parsed = service_pb2.ModelInferRequest.FromString(infer_request_bytes(request))
+    names = [tensor.name for tensor in parsed.inputs]
+    assert "return_token_ids" in names
+    at = names.index("resume_token_ids")
+    assert parsed.inputs[at].datatype == "INT64" and list(parsed.inputs[at].shape) == [3]
+    assert struct.unpack("<3q", parsed.raw_input_contents[at]) == (3, 2**40, 7)
 
 
 @pytest.mark.parametrize(
@@ -381,14 +402,29 @@ json_values = st.recursive(
     sampling=st.dictionaries(st.text(max_size=12), json_values, max_size=6),
     stream=st.booleans(),
     logprobs=st.booleans(),
+    token_ids=st.booleans(),
     # no priority (the usual), the few levels models declare, and any uint64 (varints of 1-10 bytes)
     priority=st.just(0) | st.integers(1, 10) | st.integers(1, 2**64 - 1),
 )
 def test_the_request_bytes_are_protobufs_own(
-    model: str, request_id: str, prompt: str, sampling: dict[str, Any], stream: bool, logprobs: bool, priority: int
+    model: str,
+    request_id: str,
+    prompt: str,
+    sampling: dict[str, Any],
+    stream: bool,
+    logprobs: bool,
+    token_ids: bool,
+    priority: int,
 ) -> None:
     request = GenerationRequest(
-        request_id, model, prompt, sampling, stream=stream, return_logprobs=logprobs, priority=priority
+        request_id,
+        model,
+        prompt,
+        sampling,
+        stream=stream,
+        return_logprobs=logprobs,
+        return_token_ids=token_ids,
+        priority=priority,
     )
     assert infer_request_bytes(request) == build_infer_request(request).SerializeToString()
 

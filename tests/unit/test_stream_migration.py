@@ -13,10 +13,16 @@ from typing import Any
 
 import pytest
 
-from gateway.backend.contracts.continuation import RESUME_TOKEN_IDS, RETURN_TOKEN_IDS, by_text, reduced_sampling
+from gateway.backend.contracts.continuation import (
+    RESUME_TOKEN_IDS,
+    RETURN_TOKEN_IDS,
+    by_text,
+    by_tokens,
+    reduced_sampling,
+)
 from gateway.backend.replicas.pool import ReplicaPool
 from gateway.backend.replicas.router import Policy, Router
-from gateway.backend.types import BackendModel, GenerationChunk, GenerationRequest, Produced
+from gateway.backend.types import BackendModel, GenerationChunk, GenerationRequest, Produced, TokenPrompt
 from gateway.config import EndpointSpec
 from gateway.errors import BackendError, BackendUnreachableError, ShuttingDownError
 
@@ -189,3 +195,13 @@ def test_reduced_sampling_and_a_character_cut_at_the_end() -> None:
     assert continuation.request.prompt == "p:héllo " and continuation.skip_bytes == 2
     constrained = GenerationRequest("r", "m", "p", {"max_tokens": 9, "structured_outputs": "{}"})
     assert by_text(constrained, produced) is None
+
+
+def test_a_token_continuation_appends_the_generated_ids_to_the_prompt_s() -> None:
+    tokens = TokenPrompt((1, 2, 3), end_id=0, pad_id=0)
+    request = GenerationRequest("r", "m", "p", {"max_tokens": 10, "min_tokens": 4}, tokens=tokens)
+    continuation = by_tokens(request, Produced(ids=[7, 8], tokens=2))
+    assert continuation is not None
+    assert continuation.request.tokens is not None and continuation.request.tokens.ids == (1, 2, 3, 7, 8)
+    assert continuation.request.sampling == {"max_tokens": 8, "min_tokens": 2}
+    assert by_tokens(request, Produced(ids=[7], tokens=1, ids_known=False)) is None
