@@ -268,8 +268,9 @@ class Settings(BaseSettings):
     shared system prompt and costs more hashing per request (about 0.2 µs per block)."""
 
     routing_load_factor: float = Field(default=1.25, ge=1.0)
-    """Bounded load: a replica takes a keyed request only while its in-flight count is under this
-    factor times the average (counting the new request), or under 8 (a session) or 4 (a prefix);
+    """Bounded load: a replica takes a keyed request only while its load (in-flight requests
+    weighed with the engine's, ``triton_metrics``) is under this factor times the average
+    (counting the new request), or under 8 (a session) or 4 (a prefix);
     beyond it the key spills to its next choice, so one hot conversation or system prompt cannot
     overload one Triton."""
 

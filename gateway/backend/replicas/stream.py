@@ -26,7 +26,7 @@ from gateway.backend.contracts.continuation import Continuation
 from gateway.backend.contracts.vllm import VLLM
 from gateway.backend.handoff import HandOffStream, Step, step_of
 from gateway.backend.types import GenerationChunk, GenerationRequest, GenerationStream, Produced
-from gateway.errors import BackendUnavailableError, ShuttingDownError
+from gateway.errors import BackendUnavailableError, GatewayError, ShuttingDownError
 from gateway.tracing import MIGRATE, ROUTE, current_trace
 
 if TYPE_CHECKING:
@@ -158,6 +158,9 @@ class PoolStream(HandOffStream):
             self._moved(address, "failed", None, produced)
             self._error = error
             raise error from None
+        except GatewayError:  # the continuation refused (a replayed id the model would not take)
+            self._moved(address, "failed", None, produced)
+            raise
         self._moved(address, "continued", time.monotonic() - started, produced)
         logger.info(
             "stream moved from %s to %s after %d tokens (%s)",
