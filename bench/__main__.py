@@ -12,6 +12,8 @@ Subcommands (each starts its own tritonserver and gateways, and stops them whate
   scheduling against fifo; the scheduler's µs per request in process.
 * ``batch``: interactive chat's TTFT alone and while a large batch runs; the batch's throughput
   on the capacity it is left, against plain requests at its concurrency.
+* ``replicas``: one gateway over three tritonservers: streams while replicas are killed and
+  drained (migration), a slow replica's share of the work, the prefix-cache hit rate.
 
 ``--variant NAME=TREE_PATH[:ENV=VAL,...]`` (repeatable) names the gateways to compare; the
 default is the repository itself, ``this``.
@@ -187,6 +189,41 @@ def parser() -> argparse.ArgumentParser:
     batch.add_argument(
         "--alone", type=float, default=20.0, help="seconds the last batch is measured alone, and plain requests"
     )
+    replicas = command(
+        "replicas",
+        "one gateway over three tritonservers: streams while replicas die or drain (chaos), a slow replica's "
+        "share of the requests (slow), the prefix-cache hit rate of conversations per variant (prefix)",
+    )
+    replicas.add_argument("--phase", default="chaos,slow,prefix", help="comma-separated, of: chaos, slow, prefix")
+    replicas.add_argument(
+        "--seconds", type=float, default=120.0, help="chaos: seconds of load; prefix: no conversation starts after"
+    )
+    replicas.add_argument("--streams", type=int, default=24, help="chaos: users streaming back to back")
+    replicas.add_argument("--max-tokens", type=int, default=300, help="chaos: tokens per stream (greedy, ignore_eos)")
+    replicas.add_argument("--migration-limit", type=int, default=3, help="chaos: the gateway's --migration-limit")
+    replicas.add_argument("--seed", type=int, default=1, help="chaos: the strikes' schedule and the sample's order")
+    replicas.add_argument("--verify", type=int, default=24, help="chaos: completed streams asked again uninterrupted")
+    replicas.add_argument(
+        "--slow-seconds", type=float, default=None, help="slow: seconds of load (default: --seconds, at most 40)"
+    )
+    replicas.add_argument("--slow-users", type=int, default=12, help="slow: users streaming back to back")
+    replicas.add_argument("--slow-max-tokens", type=int, default=64, help="slow: tokens per stream (ignore_eos)")
+    replicas.add_argument(
+        "--slow-delay-ms", type=float, default=4.0, help="slow: TINY_LLM_STEP_DELAY_MS of the first replica"
+    )
+    replicas.add_argument("--calibrate", type=float, default=6.0, help="slow: seconds of each replica's speed, direct")
+    replicas.add_argument("--conversations", type=int, default=48, help="prefix: conversations")
+    replicas.add_argument("--turns", type=int, default=6, help="prefix: turns per conversation")
+    replicas.add_argument("--concurrency", type=int, default=6, help="prefix: conversations at a time")
+    replicas.add_argument("--system-prompts", type=int, default=3, help="prefix: shared system prompts")
+    replicas.add_argument("--system-chars", type=int, default=1500, help="prefix: a system prompt's characters")
+    replicas.add_argument("--user-chars", type=int, default=150, help="prefix: a user message's mean characters")
+    replicas.add_argument("--prefix-max-tokens", type=int, default=32, help="prefix: tokens per answer")
+    replicas.add_argument("--cache-blocks", type=int, default=4096, help="prefix: each replica's cache, in blocks")
+    replicas.add_argument("--block-chars", type=int, default=16, help="prefix: characters per cache block")
+    replicas.add_argument(
+        "--prefill-us-per-char", type=float, default=200.0, help="prefix: µs of prefill per uncached character"
+    )
     return top
 
 
@@ -236,6 +273,10 @@ def run(args: argparse.Namespace, variants: list[Variant], report: Report) -> in
         from bench import batch
 
         batch.run(args, variants, report)
+    elif args.command == "replicas":
+        from bench import replicas
+
+        status = replicas.run(args, variants, report)
     else:
         from bench import micro
 
