@@ -134,23 +134,21 @@ class Produced:
     """The prompt's count as the first replica reported it (the client's prompt, once)."""
 
     def add(self, batch: Sequence[GenerationChunk]) -> None:
-        for chunk in batch:
+        """Per batch of a stream that may move: kept to a few tests and appends (a token's cost)."""
+        for text, _, num_in, counts, _, _, ids, _ in batch:
             if self.prompt_tokens is None:
-                self.prompt_tokens = chunk.num_input_tokens
-            text = chunk.text
-            if text:
-                self.text += text[0]
-            ids = chunk.token_ids
+                self.prompt_tokens = num_in
+            said = text[0] if text else b""
+            self.text += said
             if ids is not None:
-                self.ids.extend(ids[0])
-            elif text and text[0]:
+                self.ids += ids[0]
+            elif said:
                 self.ids_known = False
-            counts = chunk.num_output_tokens
             if counts:
                 self.tokens += counts[0]
             elif ids is not None:
                 self.tokens += len(ids[0])
-            elif text and text[0]:
+            elif said:
                 self.counted = False
 
 

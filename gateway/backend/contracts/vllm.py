@@ -240,7 +240,7 @@ def vllm_outputs_plan(outputs: Outputs) -> ReadRaws | None:
     ids_at = places.get(TOKEN_IDS)
     if ids_at is not None and outputs[ids_at][1] not in _COUNT_TYPES:
         return None
-    ids_type = outputs[ids_at][1] if ids_at is not None else "INT64"
+    unpack_id, id_size = ONE_NUMBER[outputs[ids_at][1] if ids_at is not None else "INT64"]
 
     def read(raws: Sequence[bytes], final: bool) -> GenerationChunk:
         counted_in, counted_out = raws[in_at], raws[out_at]
@@ -253,7 +253,10 @@ def vllm_outputs_plan(outputs: Outputs) -> ReadRaws | None:
             text = split_bytes(raw)
         raw = raws[finish_at]
         finish = (None,) if raw == _UNFINISHED else tuple(map(_finish_reason, split_bytes(raw)))
-        ids = None if ids_at is None else (tuple(map(int, unpack_numbers(raws[ids_at], ids_type))),)
+        ids = None
+        if ids_at is not None:  # a stream's one new id, or none (the final response), inline: per token
+            raw = raws[ids_at]
+            ids = ((unpack_id(raw)[0],),) if len(raw) == id_size else (unpack_numbers(raw, outputs[ids_at][1]),)
         # ``tuple.__new__`` with every field: the NamedTuple's own ``__new__`` is a Python frame
         return _new_tuple(
             GenerationChunk,

@@ -11,7 +11,8 @@ Failure handling, and why:
 - A call that fails because the replica cannot be reached (gRPC UNAVAILABLE from the transport:
   refused connection, lost connection, GOAWAY) or a probe that finds it not ready ejects the
   replica: it leaves the rotation for a backoff (1 s, doubling per consecutive failure up to
-  30 s), then a probe (``ServerReady`` and its model list) decides whether it returns. Requests
+  30 s, so a replica that flaps sits out longer each time), then probes (``ServerReady`` and its
+  model list, every ``DOWN_PROBE_INTERVAL`` while it stays down) decide when it returns. Requests
   pay for a dead replica at most once, instead of each one waiting for its own connect error.
 - A request that failed before its first token is tried once more on another replica. One that
   fails after it, with the replica to blame, moves: another replica continues it from what it
@@ -59,6 +60,10 @@ TICK = 0.25
 """Seconds between the pool's housekeeping rounds (due probes, due DNS lookups)."""
 HEALTH_INTERVAL = 5.0
 """Seconds between readiness probes of a replica in rotation."""
+DOWN_PROBE_INTERVAL = 2.0
+"""Seconds between probes of an ejected replica once its backoff has passed: a pod restarted in a
+rolling upgrade takes work again this soon after it is ready (with the backoff's doubling, it
+sat out up to 30 s more, while the next pod was being drained)."""
 
 
 def metrics_url(address: str, port: int | None) -> str | None:
@@ -108,9 +113,9 @@ class Replica:
     models: frozenset[str] | None = None
     """Ready models there at the last listing; None before the first one (assumed to serve all)."""
     failures: int = 0
-    """Ejections and failed probes in a row: the backoff doubles with each. A replica must stay
-    in rotation for ``EJECT_MAX`` before it is forgiven, so one that flaps (up for a moment, down
-    again) is probed less and less often instead of pulling traffic in and dropping it."""
+    """Ejections and failed probes in a row: an ejection's backoff doubles with each. A replica
+    must stay in rotation for ``EJECT_MAX`` before it is forgiven, so one that flaps (up for a
+    moment, down again) sits out longer each time instead of pulling traffic in and dropping it."""
     up_since: float = 0.0
     next_probe: float = 0.0
     """``time.monotonic()`` of the next readiness probe."""
@@ -306,9 +311,9 @@ class ReplicaPool:
         if not ready or models is None:
             if replica.up:
                 self._eject(replica, "not ready" if not ready else "cannot list its models")
-            else:  # still down: wait longer before the next look
+            else:  # still down: looked at again soon, so a restarted replica is back within seconds
                 replica.failures += 1
-                replica.next_probe = time.monotonic() + _backoff(replica.failures)
+                replica.next_probe = time.monotonic() + min(DOWN_PROBE_INTERVAL, _backoff(replica.failures))
             return
         replica.models = frozenset(m.name for m in models)
         if not replica.up:
