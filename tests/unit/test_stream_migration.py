@@ -25,6 +25,7 @@ from gateway.backend.replicas.router import Policy, Router
 from gateway.backend.types import BackendModel, GenerationChunk, GenerationRequest, Produced, TokenPrompt
 from gateway.config import EndpointSpec
 from gateway.errors import BackendError, BackendUnreachableError, ShuttingDownError
+from gateway.tracing import MIGRATE, current_trace
 
 pytestmark = pytest.mark.anyio
 
@@ -136,6 +137,39 @@ async def test_a_stream_cut_mid_way_goes_on_elsewhere_with_nothing_lost_or_repea
     assert moved.resume_ids == (0, 1, 2, 3) and moved.prompt == "prompt"
     assert moved.sampling["max_tokens"] == 10, "a replayed continuation keeps the request's own limits"
     assert all(r.open_streams == 0 for r in replicas.values())
+
+
+class Recorder:
+    """The pool's observer and a request's trace, as far as a move tells them."""
+
+    def __init__(self) -> None:
+        self.moves: list[tuple[str, str, float | None]] = []
+        self.events: list[tuple[str, dict[str, str]]] = []
+
+    def __getattr__(self, name: str) -> Any:  # the observer's other reports: not looked at here
+        return lambda *args: None
+
+    def migrated(self, replica: str, outcome: str, seconds: float | None) -> None:
+        self.moves.append((replica, outcome, seconds))
+
+    def event(self, name: str, at: float | None = None, attributes: dict[str, str] | None = None) -> None:
+        self.events.append((name, dict(attributes or {})))
+
+
+async def test_a_move_is_reported_to_the_metrics_and_the_trace() -> None:
+    replicas = {"a:1": FakeReplica("a:1", die_after=4), "b:1": FakeReplica("b:1")}
+    pool = await pool_of(replicas)
+    recorder = Recorder()
+    pool.observer = recorder
+    token = current_trace.set(recorder)  # type: ignore[arg-type]
+    try:
+        await read_all(pool, request(10))
+    finally:
+        current_trace.reset(token)
+    assert [(r, o) for r, o, _ in recorder.moves] == [("a:1", "continued")]
+    assert recorder.moves[0][2] is not None and recorder.moves[0][2] >= 0
+    moved = [attributes for name, attributes in recorder.events if name == MIGRATE]
+    assert moved == [{"gateway.replica": "a:1", "gateway.outcome": "continued", "gateway.tokens": "4"}]
 
 
 async def test_the_limit_ends_a_stream_that_keeps_failing_with_the_error() -> None:
