@@ -1,9 +1,12 @@
-"""Streams that outlive their replica: three real tritonservers serving tiny-llm greedily.
+"""Streams that outlive their replica, and routing by engine load: three real tritonservers
+serving tiny-llm greedily.
 
-64 streams of 500 tokens run once with every replica up (the reference), and once more while one
-replica is SIGKILLed and another drained mid-stream: SIGTERM, on which Triton stops taking new
-work (its readiness fails) but lets running streams go on, then SIGKILL after a 3 s grace, as
-Kubernetes does once a pod's ``terminationGracePeriodSeconds`` has passed. Every stream of the second run must complete, and
+A replica busy with work another client sent it (not through the gateway) gets no new requests:
+only its engine's gauges on Triton's metrics port say it is busy. Then 64 streams of 500 tokens
+run once with every replica up (the reference), and once more while one replica is SIGKILLed and
+another drained mid-stream: SIGTERM, on which Triton stops taking new work (its readiness fails)
+but lets running streams go on, then SIGKILL after a 3 s grace, as Kubernetes does once a pod's
+``terminationGracePeriodSeconds`` has passed. Every stream of the second run must complete and
 equal its reference: the text, every token id (logprobs named ``token_id:<id>``) and ``usage``.
 The streams are read as raw SSE over HTTP, a few through the openai SDK.
 """
@@ -13,15 +16,20 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import struct
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import grpc
 import httpx
 import openai
 import pytest
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from gateway.triton_launcher import TritonServer
 from tests.integration.conftest import (
@@ -212,6 +220,87 @@ def in_flight(server: TritonServer) -> float:
     text = httpx.get(server.metrics_url, timeout=5).text
     match = re.search(r"^tiny_llm_requests_in_flight\{[^}]*\} (\S+)$", text, re.M)
     return float(match[1]) if match else 0.0
+
+
+def metric_sum(text: str, name: str, **labels: str) -> float:
+    """The sum of ``name``'s samples whose labels include ``labels`` (in any order)."""
+    total = 0.0
+    for found, value in re.findall(rf"^{re.escape(name)}\{{([^}}]*)\}} (\S+)$", text, re.M):
+        if all(f'{k}="{v}"' in found for k, v in labels.items()):
+            total += float(value)
+    return total
+
+
+def _drain(call: Any) -> None:
+    try:
+        for _ in call:
+            pass
+    except grpc.RpcError as exc:
+        if exc.code() != grpc.StatusCode.CANCELLED:
+            raise
+
+
+def direct_streams(server: TritonServer, count: int) -> list[Any]:
+    """``count`` long greedy streams straight to one Triton, not through the gateway (another
+    client of the same replica); cancel them to end them."""
+    channel = grpc.insecure_channel(server.grpc_url)
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+    calls = []
+    for i in range(count):
+        request = service_pb2.ModelInferRequest(model_name=MODEL, id=f"direct-{i}")
+        for name, datatype, raw in (
+            ("text_input", "BYTES", prompt(1000 + i).encode()),
+            ("sampling_parameters", "BYTES", json.dumps({"max_tokens": 20000, "ignore_eos": True}).encode()),
+            ("stream", "BOOL", b"\x01"),
+        ):
+            tensor = request.inputs.add()
+            tensor.name, tensor.datatype = name, datatype
+            tensor.shape.append(1)
+            request.raw_input_contents.append(struct.pack("<I", len(raw)) + raw if datatype == "BYTES" else raw)
+        call = stub.ModelStreamInfer(iter([request]))
+        threading.Thread(target=_drain, args=(call,), daemon=True).start()
+        calls.append(call)
+    return calls
+
+
+def test_a_replica_busy_with_another_client_s_work_gets_no_new_requests(
+    gateway: GatewayProcess, tritons: list[TritonServer]
+) -> None:
+    """The gateway runs nothing on it: only the engine's own gauges, read from Triton's metrics
+    port, say it is busy. Its KV-cache use reaches the gateway's ``vllm:kv_cache_usage_perc``."""
+    busy, others = tritons[0], {t.grpc_url for t in tritons[1:]}
+    calls = direct_streams(busy, 8)
+    try:
+        assert wait_for(
+            lambda: (
+                metric_sum(
+                    httpx.get(gateway.url + "/metrics", timeout=5).text,
+                    "gateway_replica_engine_requests",
+                    replica=busy.grpc_url,
+                    state="running",
+                )
+                >= 8
+            ),
+            timeout=20,
+        ), "the gateway never read the busy replica's engine load"
+        placed = []
+        for i in range(9):
+            response = httpx.post(
+                gateway.url + "/v1/chat/completions",
+                json={"model": MODEL, "messages": [{"role": "user", "content": f"hi {i}"}], "max_tokens": 4},
+                timeout=30,
+            )
+            assert response.status_code == 200, response.text
+            assert response.headers["x-gateway-route"] == "least_loaded"
+            placed.append(response.headers["x-gateway-replica"])
+        assert set(placed) == others, placed
+        metrics = httpx.get(gateway.url + "/metrics", timeout=5).text
+        assert metric_sum(metrics, "vllm:kv_cache_usage_perc", model_name=MODEL) > 0
+        assert metric_sum(metrics, "gateway_replica_metrics_up", replica=busy.grpc_url) == 1
+    finally:
+        for call in calls:
+            call.cancel()
+    assert wait_for(lambda: in_flight(busy) == 0, timeout=20), "the direct streams did not end"
 
 
 def test_streams_survive_a_killed_and_a_drained_replica_token_for_token(
