@@ -119,12 +119,12 @@ bash scripts/install.sh local,test,speed
 lane_start client scripts/client-lane.sh .client-lane-install.out .client-lane.out
 h2_status=0
 # Tests that start tritonservers or gateway processes of their own (three replicas; streams moved
-# between three more; two workers; the embedded launcher's lifecycle): with no arguments they run
-# after the aio run, beside the vLLM lane (which takes longer than the aio run alone), instead of
-# lengthening the h2 run.
+# between three more, and between two TensorRT-LLM stand-in stacks; two workers; the embedded
+# launcher's lifecycle): with no arguments they run after the aio run, beside the vLLM lane (which
+# takes longer than the aio run alone), instead of lengthening the h2 run.
 SECOND_PHASE_TESTS=(
-    tests/integration/test_replicas.py tests/integration/test_migration.py tests/integration/test_workers.py
-    tests/integration/test_embedded_lifecycle.py
+    tests/integration/test_replicas.py tests/integration/test_migration.py tests/integration/test_migration_trtllm.py
+    tests/integration/test_workers.py tests/integration/test_embedded_lifecycle.py
 )
 if [ "$#" -eq 0 ]; then
     # The integration tests leave about one core of the two idle (they wait on Tritons and
