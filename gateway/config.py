@@ -284,8 +284,9 @@ class Settings(BaseSettings):
     In embedded mode the launcher's port is used."""
 
     engine_load_interval: float = Field(default=1.0, gt=0.0)
-    """Seconds between reads of each replica's metrics. A replica whose metrics have not answered
-    for three intervals is scored busier than its own count says, not trusted."""
+    """Seconds between reads of each replica's metrics. A replica whose metrics answered before
+    but not for three intervals is scored busier than its own count says, not trusted (metrics
+    that never answered leave it scored by its own count)."""
 
     migration_limit: int = Field(default=3, ge=0)
     """How many times one stream may move to another replica when its replica fails mid-stream

@@ -40,6 +40,8 @@ def test_a_replica_whose_metrics_stopped_answering_is_scored_down(monkeypatch: p
     assert r.load == replica_load(1, EngineLoad(1, 0, 0.5), False)
 
 
-def test_a_replica_whose_metrics_are_not_read_is_its_own_count() -> None:
+def test_a_replica_whose_metrics_are_not_read_or_never_answered_is_its_own_count() -> None:
     r = Replica("10.0.0.1:8001", backend=None, in_flight=3)  # type: ignore[arg-type]
     assert r.trusted and r.load == 3
+    never = replica(in_flight=3, stale_after=3)  # a metrics port nothing answers on
+    assert never.trusted and never.load == 3

@@ -150,10 +150,16 @@ class Replica:
 
     @property
     def trusted(self) -> bool:
-        """Whether its load is known: metrics not read at all, or read (or the replica joined)
-        within ``STALE_READS`` intervals (a replica whose metrics stopped answering is scored
-        down, not believed idle)."""
-        return self.metrics_url is None or time.monotonic() - self.engine_read_at <= self.stale_after
+        """Whether its load is believed: its metrics answered within ``STALE_READS`` intervals,
+        or they are not read, or have never answered (no port there, or a wrong one: its own
+        count is all there is, as for every replica then, and scoring them all down would only
+        tighten the load bound). One whose metrics stopped answering is scored down, not
+        believed idle."""
+        return (
+            self.engine is None
+            or self.metrics_url is None
+            or time.monotonic() - self.engine_read_at <= self.stale_after
+        )
 
 
 class ReplicaPool:
@@ -240,7 +246,6 @@ class ReplicaPool:
             if address not in self._replicas:
                 replica = Replica(address, self._make_backend(address), metrics_url=metrics[address])
                 replica.stale_after = STALE_READS * self._load_interval
-                replica.engine_read_at = time.monotonic()  # trusted for as long as a read may take
                 await replica.backend.start()
                 self._replicas[address] = replica
                 changed = True
