@@ -236,6 +236,10 @@ def settings_for(app: str, model: str, base: dict[str, Any], workdir: Path) -> A
         extra["batch_poll_interval"] = 1e9
     if "engine_load_interval" in fields:
         extra["engine_load_interval"] = 1e9
+    if "responses_store" in fields:
+        # A store of its own in the worker's directory, not the user's default file: a tree whose
+        # schema is older than what another tree wrote there refuses to start on it.
+        extra["responses_store"] = f"sqlite:///{workdir / f'{app}-responses.db'}"
     try:
         return Settings(**base, **extra)
     except ValueError as exc:  # pydantic's ValidationError: a model_files key this tree lacks
