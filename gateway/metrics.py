@@ -267,6 +267,16 @@ class _SharedLiveGauges(Collector):
         yield lora
 
 
+def labelled(children: dict[Any, Any], metric: Counter | Gauge | Histogram, labels: tuple[str, ...]) -> Any:
+    """``metric.labels(*labels)``, made once per label set and kept in ``children``: the lookup
+    ``labels`` does each time costs more than a dict's."""
+    key = (metric, labels)
+    child = children.get(key)
+    if child is None:
+        child = children[key] = metric.labels(*labels)
+    return child
+
+
 _ENGINE_REQUESTS = "gateway_replica_engine_requests"
 _ENGINE_KV_USAGE = "gateway_replica_kv_cache_usage"
 _ENGINE_UP = "gateway_replica_metrics_up"
@@ -313,11 +323,7 @@ class _EngineGauges(Collector):
         """Per replica, the models whose KV series holds a figure."""
 
     def _child(self, gauge: Gauge, *labels: str) -> Gauge:
-        key = (gauge, labels)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = gauge.labels(*labels)
-        return child
+        return labelled(self._children, gauge, labels)  # type: ignore[no-any-return]
 
     def record(self, replica: str, loads: Mapping[str, EngineLoadView] | None) -> None:
         self._child(self.up, replica).set(0 if loads is None else 1)
@@ -620,11 +626,7 @@ class Metrics:
         self.requests_shed.labels(model, str(band), reason).inc()
 
     def _child(self, metric: Counter | Gauge | Histogram, *labels: str) -> Any:
-        key = (metric, labels)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = metric.labels(*labels)
-        return child
+        return labelled(self._children, metric, labels)
 
     def routed(self, replica: str, route: str, home: bool | None) -> None:
         self._child(self.replica_routed, replica, route).inc()

@@ -29,6 +29,7 @@ counts its tokens (else ``max_tokens`` could not be reduced).
 
 from __future__ import annotations
 
+import codecs
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -99,17 +100,10 @@ def by_text(request: GenerationRequest, produced: Produced) -> Continuation | No
     sampling = reduced_sampling(request.sampling, produced.tokens)
     if sampling is None:
         return None
-    text = bytes(produced.text)
-    cut = _complete_length(text)
-    prompt = request.prompt + text[:cut].decode("utf-8", "replace")
-    return Continuation(replace(request, prompt=prompt, sampling=sampling), skip_bytes=len(text) - cut)
-
-
-def _complete_length(text: bytes) -> int:
-    """The length of ``text`` without a UTF-8 character cut at its end."""
-    for back in range(1, min(4, len(text)) + 1):
-        byte = text[-back]
-        if byte & 0xC0 != 0x80:  # a lead byte (or ASCII): is its character whole?
-            need = 1 if byte < 0x80 else 2 if byte >> 5 == 0b110 else 3 if byte >> 4 == 0b1110 else 4
-            return len(text) if need <= back else len(text) - back
-    return len(text)
+    # An incremental decoder keeps back the bytes of a character cut at the end, as the
+    # assembler's does: the assembler already holds them, so they are skipped when the
+    # continuation generates that character again.
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    prompt = request.prompt + decoder.decode(bytes(produced.text))
+    held, _ = decoder.getstate()
+    return Continuation(replace(request, prompt=prompt, sampling=sampling), skip_bytes=len(held))

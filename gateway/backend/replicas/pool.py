@@ -186,19 +186,18 @@ class ReplicaPool:
         """Each entry's addresses at its last successful lookup."""
         self._next_resolve = 0.0
         self._housekeeping: asyncio.Task[None] | None = None
-        self._probing: set[asyncio.Task[None]] = set()
+        self._background: set[asyncio.Task[None]] = set()
         self.migration_limit = migration_limit
         """Moves per stream to another replica after its own failed mid-stream (0: none)."""
+        self.several = False
+        """More than one replica is known (not retired): a stream could move. Set with the
+        router's members, so a request reads it instead of counting the replicas."""
         self._load_interval = load_interval
         self._loads = EngineLoadReader(timeout=min(2.0, load_interval * 2))
 
     @property
     def replicas(self) -> list[Replica]:
         return list(self._replicas.values())
-
-    def several(self) -> bool:
-        """Whether a stream could move: more than one replica is known."""
-        return sum(not r.retired for r in self._replicas.values()) > 1
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -211,7 +210,7 @@ class ReplicaPool:
             self._housekeeping.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._housekeeping
-        for task in list(self._probing):
+        for task in list(self._background):
             task.cancel()
         await asyncio.gather(*(r.backend.close() for r in self._replicas.values()), return_exceptions=True)
         self._replicas.clear()
@@ -244,8 +243,12 @@ class ReplicaPool:
         changed = False
         for address in found:
             if address not in self._replicas:
-                replica = Replica(address, self._make_backend(address), metrics_url=metrics[address])
-                replica.stale_after = STALE_READS * self._load_interval
+                replica = Replica(
+                    address,
+                    self._make_backend(address),
+                    metrics_url=metrics[address],
+                    stale_after=STALE_READS * self._load_interval,
+                )
                 await replica.backend.start()
                 self._replicas[address] = replica
                 changed = True
@@ -261,7 +264,9 @@ class ReplicaPool:
                     self.observer.engine_load(address, None)
                 logger.info("Triton replica %s left DNS; closed once its %d streams end", address, replica.in_flight)
         if changed:
-            self.router.set_members([r for r in self._replicas.values() if not r.retired])
+            members = [r for r in self._replicas.values() if not r.retired]
+            self.router.set_members(members)
+            self.several = len(members) > 1
         await self._close_retired()
 
     async def _close_retired(self) -> None:
@@ -280,10 +285,12 @@ class ReplicaPool:
                     await self._close_retired()
                 now = time.monotonic()
                 for replica in self._replicas.values():
-                    if not replica.retired and now >= replica.next_probe:
+                    if replica.retired:
+                        continue
+                    if now >= replica.next_probe:
                         replica.next_probe = now + HEALTH_INTERVAL  # not twice while one runs
                         self._spawn(self._probe(replica))
-                    if replica.metrics_url is not None and not replica.retired and now >= replica.next_read:
+                    if replica.metrics_url is not None and now >= replica.next_read:
                         replica.next_read = now + self._load_interval
                         self._spawn(self._read_load(replica, replica.metrics_url))
             except Exception:  # a bug here must not stop health checking for good
@@ -291,8 +298,8 @@ class ReplicaPool:
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(work)
-        self._probing.add(task)
-        task.add_done_callback(self._probing.discard)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _read_load(self, replica: Replica, url: str) -> None:
         """The engine's load from its Triton's metrics (``engine_load.py``)."""

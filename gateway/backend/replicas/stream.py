@@ -69,7 +69,7 @@ class PoolStream(HandOffStream):
 
     async def _start(self) -> list[GenerationChunk]:
         pool, request = self._pool, self._request
-        if pool.migration_limit > 0 and pool.several():
+        if pool.migration_limit > 0 and pool.several:
             contract = request.contract
             migratable = (contract or VLLM).migratable(request)
             if migratable is not None:
@@ -140,7 +140,8 @@ class PoolStream(HandOffStream):
         pool, produced = self._pool, self._produced
         assert produced is not None
         failed = self._replica
-        address = failed.address if failed is not None else "?"
+        assert failed is not None  # a step runs only while the stream is placed
+        address = failed.address
         started = time.monotonic()
         await self._release(error)
         deadline = self._request.deadline
@@ -151,7 +152,7 @@ class PoolStream(HandOffStream):
             self._moved(address, "not_continuable", None, produced)
             raise error
         self._moves += 1
-        tried = {failed} if failed is not None else set()
+        tried = {failed}
         try:
             batch = await self._place(continuation.request, tried)
         except BackendUnavailableError:
@@ -162,10 +163,11 @@ class PoolStream(HandOffStream):
             self._moved(address, "failed", None, produced)
             raise
         self._moved(address, "continued", time.monotonic() - started, produced)
+        assert self._replica is not None
         logger.info(
             "stream moved from %s to %s after %d tokens (%s)",
             address,
-            self._replica.address if self._replica is not None else "?",
+            self._replica.address,
             produced.tokens,
             getattr(error, "message", error),
         )
