@@ -34,6 +34,7 @@ from gateway.http.errors import install_error_handlers
 from gateway.http.head import HeadAsGetMiddleware
 from gateway.http.inproc import InProcessLines
 from gateway.http.metrics_listener import MetricsListener
+from gateway.http.readiness import watch_ready
 from gateway.http.rejections import RejectionCountMiddleware
 from gateway.http.request_id import RequestIdMiddleware
 from gateway.http.routes import (
@@ -254,6 +255,7 @@ def lifespan_of(parts: AppParts) -> Callable[[FastAPI], AbstractAsyncContextMana
         if parts.metrics_listener is not None:
             await parts.metrics_listener.start()
         watcher = watch_key_file(parts.ring, settings.api_key_reload_interval)
+        readiness = asyncio.create_task(watch_ready(c))
         if c.jobs is not None:
             await c.jobs.start(InProcessLines(c, parts.ring, parts.key_limits))
         try:
@@ -263,6 +265,7 @@ def lifespan_of(parts: AppParts) -> Callable[[FastAPI], AbstractAsyncContextMana
             if c.jobs is not None:
                 await c.jobs.close()  # the batch lines running here given back to the store
             watcher.cancel()
+            readiness.cancel()
             if parts.metrics_listener is not None:
                 await parts.metrics_listener.stop()
             if parts.key_limits is not None:

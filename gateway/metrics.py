@@ -47,6 +47,12 @@ class GateView(Protocol):
     """One model's admission counts (``core.admission.ModelGate``), read at scrape time."""
 
     @property
+    def limit(self) -> int: ...
+
+    @property
+    def queue_size(self) -> int: ...
+
+    @property
     def running(self) -> int: ...
     @property
     def waiting(self) -> int: ...
@@ -159,8 +165,23 @@ _LIVE = (
     ("gateway_requests_waiting", "Requests waiting in the gateway's queue", "model", "waiting"),
     ("vllm:num_requests_running", "Requests running on the model (gateway's view)", "model_name", "running"),
     ("vllm:num_requests_waiting", "Requests waiting for the model (gateway's view)", "model_name", "waiting"),
+    (
+        "gateway_requests_running_limit",
+        "The model's slots: requests sent to Triton at once (0: no limit)",
+        "model",
+        "limit",
+    ),
+    (
+        "gateway_requests_waiting_limit",
+        "The model's queue capacity: requests that may wait for a slot",
+        "model",
+        "queue_size",
+    ),
 )
-"""The gauges of the present: name, help, label, and the admission count (``GateView``) each shows."""
+"""The gauges of the present: name, help, label, and the admission count (``GateView``) each shows.
+The limits are there so that a dashboard or an alert reads "the queue is 90 % full" from the
+scrape alone; with several workers each worker's share is published and the shares add up to the
+configured figure (``core.admission.worker_share``)."""
 
 
 class _LiveGauges(Collector):
@@ -218,15 +239,21 @@ class _SharedLiveGauges(Collector):
         """Write this worker's counts, when they changed since the last write."""
         gates = list(self._admission.gates.items())
         snapshot = [
-            (model, g.running, g.waiting, dict(g.running_adapters), dict(g.waiting_adapters)) for model, g in gates
+            (
+                model,
+                [getattr(g, shows) for _, shows in self._gauges],
+                dict(g.running_adapters),
+                dict(g.waiting_adapters),
+            )
+            for model, g in gates
         ]
         if snapshot == self._published:
             return
         self._published = snapshot
         series: set[tuple[str, str, str]] = set()
-        for model, running, waiting, running_adapters, waiting_adapters in snapshot:
-            for gauge, shows in self._gauges:
-                gauge.labels(model).set(running if shows == "running" else waiting)
+        for model, figures, running_adapters, waiting_adapters in snapshot:
+            for (gauge, _), figure in zip(self._gauges, figures, strict=True):
+                gauge.labels(model).set(figure)
             for state, counts in (("running", running_adapters), ("waiting", waiting_adapters)):
                 for adapter, count in counts.items():
                     self._by_adapter.labels(model, adapter, state).set(count)
@@ -398,6 +425,12 @@ class Metrics:
             "Background responses (background: true) that reached each status: queued at their POST, "
             "in_progress once admitted, then completed, incomplete, failed or cancelled",
             ["status"],
+            registry=r,
+        )
+        self.ready_gauge = Gauge(
+            "gateway_ready",
+            "1 when the gateway's readiness check (what /health/ready answers) passed at its last run, else 0",
+            multiprocess_mode="livemostrecent",
             registry=r,
         )
         self._children: dict[tuple[Counter | Gauge | Histogram, tuple[str, ...]], Any] = {}
@@ -612,6 +645,10 @@ class Metrics:
             self._child(self.batches_gauge, status).set(batches.get(status, 0))
         for state in ("pending", "done", "error", "cancelled", "expired", *lines):
             self._child(self.batch_lines_open, state).set(lines.get(state, 0))
+
+    def ready(self, ok: bool) -> None:
+        """The verdict of a readiness check (``http.readiness``)."""
+        self.ready_gauge.set(1 if ok else 0)
 
     def queued(self, model: str, key: str | None, band: int, seconds: float) -> None:
         """A request got its slot after ``seconds`` in the queue."""

@@ -1,5 +1,6 @@
 """Liveness (process up) and readiness (Triton reachable and at least one model ready).
 
+The readiness check itself, and the gauge that shows its verdict, are ``http.readiness``'s.
 Both answer without a key on a gateway with keys (Kubernetes' probes send none), and then say no
 more than the status: readiness names the models, and Triton's own error, only to a request that
 may see models (``keys.context.models_visible``), and names only the models its key may use.
@@ -9,9 +10,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from gateway.errors import BackendUnavailableError, GatewayError, ShuttingDownError
-from gateway.http.deps import BackendDep, CatalogDep, ServiceDep
+from gateway.http.deps import ComponentsDep
 from gateway.http.json_response import JSONBytesResponse
+from gateway.http.readiness import check_ready
 from gateway.keys.context import models_visible
 from gateway.models.resolve import visible_models
 
@@ -30,19 +31,8 @@ async def live() -> JSONBytesResponse:
 
 
 @router.get("/health/ready")
-async def ready(service: ServiceDep, backend: BackendDep, catalog: CatalogDep) -> JSONBytesResponse:
-    if service.draining:
-        raise ShuttingDownError("The gateway is shutting down.", headers={"Retry-After": "1"})
-    if not await backend.server_ready():
-        raise BackendUnavailableError("Triton is not reachable or not ready", headers={"Retry-After": "1"})
-    try:
-        await catalog.refresh()
-    except GatewayError as exc:
-        detail = f": {exc.message}" if models_visible() else ""
-        raise BackendUnavailableError(f"cannot list Triton's models{detail}") from exc
-    models = await catalog.models()
-    if not models:
-        raise BackendUnavailableError("Triton has no ready model", headers={"Retry-After": "1"})
+async def ready(components: ComponentsDep) -> JSONBytesResponse:
+    models = await check_ready(components)
     if not models_visible():
         return JSONBytesResponse({"status": "ready"})
     return JSONBytesResponse({"status": "ready", "models": sorted(visible_models(models))})

@@ -1,0 +1,138 @@
+"""The series a dashboard and the alerts read beside the counts: each model's slot limit and queue
+capacity (so "the queue is 90 % full" is one division of two series), and ``gateway_ready``, the
+readiness check's verdict (``http.readiness``), with one worker and with several."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gateway.core.admission import Admission
+from gateway.errors import BackendUnavailableError, ShuttingDownError
+from gateway.http.readiness import check_ready
+from gateway.metrics import Metrics
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+Found = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def scrape(text: str) -> Found:
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def key(name: str, **labels: str) -> tuple[str, frozenset[tuple[str, str]]]:
+    return name, frozenset(labels.items())
+
+
+def test_each_model_s_slots_and_queue_capacity_are_published() -> None:
+    limits = {"llm": (8, 32), "embed": (0, 0)}
+    admission = Admission(lambda model: limits[model], 1.0)
+    for model in limits:
+        admission.gate(model)
+    found = scrape(generate_latest(Metrics(admission).registry).decode())
+    assert found[key("gateway_requests_running_limit", model="llm")] == 8
+    assert found[key("gateway_requests_waiting_limit", model="llm")] == 32
+    assert found[key("gateway_requests_running_limit", model="embed")] == 0  # 0: no limit
+    assert found[key("gateway_requests_waiting_limit", model="embed")] == 0
+
+
+WORKER = """
+import json, sys
+from types import SimpleNamespace
+from prometheus_client import generate_latest
+from gateway.metrics import Metrics
+
+limit, queue_size, ready = json.loads(sys.argv[1])
+gate = SimpleNamespace(limit=limit, queue_size=queue_size, running=1, waiting=2, running_adapters={}, waiting_adapters={})
+m = Metrics(SimpleNamespace(gates={"llm": gate}), shared=True)
+m.shared_live.publish()
+if ready is not None:
+    m.ready(ready)
+sys.stdout.write(generate_latest(m.registry).decode())
+"""
+
+
+def worker(directory: Path, limit: int, queue_size: int, ready: bool | None) -> str:
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(directory), "PYTHONPATH": str(REPO_ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-W", "error", "-c", WORKER, json.dumps([limit, queue_size, ready])],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_several_workers_add_their_shares_up_to_the_configured_limits(tmp_path: Path) -> None:
+    """``core.admission.worker_share`` splits a limit of 9 slots and 33 places as 5+4 and 17+16."""
+    worker(tmp_path, 5, 17, True)
+    found = scrape(worker(tmp_path, 4, 16, False))
+    assert found[key("gateway_requests_running_limit", model="llm")] == 9
+    assert found[key("gateway_requests_waiting_limit", model="llm")] == 33
+    assert found[key("gateway_requests_waiting", model="llm")] == 4
+    # the latest verdict of any live worker, not a sum or the first worker's
+    assert found[key("gateway_ready")] == 0
+
+
+class _Catalog:
+    def __init__(self, models: dict[str, Any], error: Exception | None = None) -> None:
+        self._models, self._error = models, error
+
+    async def refresh(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    async def models(self) -> dict[str, Any]:
+        return self._models
+
+
+def _components(*, draining: bool = False, triton_ready: bool = True, models: dict[str, Any] | None = None) -> Any:
+    async def server_ready() -> bool:
+        return triton_ready
+
+    return SimpleNamespace(
+        service=SimpleNamespace(draining=draining),
+        backend=SimpleNamespace(server_ready=server_ready),
+        catalog=_Catalog({"llm": object()} if models is None else models),
+        metrics=Metrics(Admission(lambda model: (1, 1), 1.0)),
+    )
+
+
+def _ready_value(components: Any) -> float:
+    return scrape(generate_latest(components.metrics.registry).decode())[key("gateway_ready")]
+
+
+@pytest.mark.parametrize(
+    ("state", "error"),
+    [
+        ({"draining": True}, ShuttingDownError),
+        ({"triton_ready": False}, BackendUnavailableError),
+        ({"models": {}}, BackendUnavailableError),
+    ],
+)
+def test_each_refusal_of_the_readiness_check_sets_the_gauge_to_0(state: dict[str, Any], error: type) -> None:
+    components = _components()
+    asyncio.run(check_ready(components))
+    assert _ready_value(components) == 1
+    failing = _components(**state)
+    failing.metrics = components.metrics
+    with pytest.raises(error):
+        asyncio.run(check_ready(failing))
+    assert _ready_value(components) == 0
