@@ -209,6 +209,8 @@ def build_parts(settings: Settings, backend: Backend | None) -> AppParts:
         if settings.metrics_enabled and settings.metrics_port is not None
         else None
     )
+    if settings.api_key_policy_file is not None:
+        the_metrics.start_key_limit_series()
     return AppParts(
         components,
         ring,

@@ -84,6 +84,10 @@ class AdmissionView(Protocol):
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 MIGRATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 """A migrated stream's pause: a prefill of prompt plus replayed tokens elsewhere, 10 ms to 10 s."""
+MIGRATION_OUTCOMES = ("continued", "failed", "not_continuable")
+"""The ``outcome`` label of ``gateway_stream_migrations_total`` (``backend.replicas.stream``)."""
+KEY_LIMIT_STEPS = ("admit", "charge", "release", "renew")
+"""The ``step`` label of ``gateway_key_limits_failures_total`` (``keys.limits``)."""
 TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536)
 GAP_FLUSH_EVERY = 64
 """A stream's inter-token gaps reach the histogram in one go every this many (and at its end)."""
@@ -443,6 +447,7 @@ class Metrics:
         """``finish``'s series by (model, adapter, endpoint, stream, status): as many as the
         label sets the registry already keeps."""
         self._engine = _EngineGauges()
+        self._replicas_seen: set[str] = set()
         self.shared_live: _SharedLiveGauges | None = None
         if shared:
             self.shared_live = _SharedLiveGauges(admission, adapters)
@@ -677,7 +682,20 @@ class Metrics:
         self.replica_ejections.labels(replica).inc()
 
     def replica_up(self, replica: str, up: bool) -> None:
+        if replica not in self._replicas_seen:
+            self._replicas_seen.add(replica)
+            self._start_replica_series(replica)
         self.replica_up_gauge.labels(replica).set(1 if up else 0)
+
+    def _start_replica_series(self, replica: str) -> None:
+        """A replica's counters of rare events at 0 from the moment it joins, as Prometheus
+        advises for label values known in advance: ``rate`` and ``increase`` then count its first
+        retry, ejection or migration (a series that appears at 1 is read as no change), and a
+        dashboard shows 0 instead of "no data"."""
+        for counter in (self.replica_retries, self.replica_ejections):
+            self._child(counter, replica)
+        for outcome in MIGRATION_OUTCOMES:
+            self._child(self.stream_migrations, replica, outcome)
 
     def replica_in_flight(self, replica: str, delta: int) -> None:
         self._child(self.replica_in_flight_gauge, replica).inc(delta)
@@ -730,6 +748,12 @@ class Metrics:
     def limited(self, key: str, limit: str) -> None:
         """A named key's request refused by one of its limits."""
         self._child(self.key_rate_limited, key, limit).inc()
+
+    def start_key_limit_series(self) -> None:
+        """Each step's failure count at 0 from the start (as ``_start_replica_series``): an alert on
+        its ``rate`` then sees the first failure of a Redis that went away."""
+        for step in KEY_LIMIT_STEPS:
+            self._child(self.key_limits_failures, step)
 
     def key_limits_failed(self, step: str) -> None:
         """The key limits' store could not ``admit``, ``charge``, ``release`` or ``renew`` (any

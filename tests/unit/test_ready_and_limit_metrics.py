@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 from prometheus_client import generate_latest
@@ -20,7 +20,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from gateway.core.admission import Admission
 from gateway.errors import BackendUnavailableError, ShuttingDownError
 from gateway.http.readiness import check_ready
-from gateway.metrics import Metrics
+from gateway.keys.counts import Step
+from gateway.metrics import KEY_LIMIT_STEPS, MIGRATION_OUTCOMES, Metrics
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 Found = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -54,7 +55,8 @@ WORKER = """
 import json, sys
 from types import SimpleNamespace
 from prometheus_client import generate_latest
-from gateway.metrics import Metrics
+from gateway.keys.counts import Step
+from gateway.metrics import KEY_LIMIT_STEPS, MIGRATION_OUTCOMES, Metrics
 
 limit, queue_size, ready = json.loads(sys.argv[1])
 gate = SimpleNamespace(limit=limit, queue_size=queue_size, running=1, waiting=2, running_adapters={}, waiting_adapters={})
@@ -136,3 +138,19 @@ def test_each_refusal_of_the_readiness_check_sets_the_gauge_to_0(state: dict[str
     with pytest.raises(error):
         asyncio.run(check_ready(failing))
     assert _ready_value(components) == 0
+
+
+def test_rare_event_counters_start_at_0_for_every_known_label_value() -> None:
+    """A counter whose series appears at 1 shows no ``increase``: a replica's first ejection or a
+    Redis that just went away would be invisible to the alerts and the dashboard."""
+    m = Metrics(Admission(lambda model: (1, 1), 1.0))
+    m.replica_up("a:8001", True)
+    m.start_key_limit_series()
+    found = scrape(generate_latest(m.registry).decode())
+    assert found[key("gateway_replica_retries_total", replica="a:8001")] == 0
+    assert found[key("gateway_replica_ejections_total", replica="a:8001")] == 0
+    for outcome in MIGRATION_OUTCOMES:
+        assert found[key("gateway_stream_migrations_total", replica="a:8001", outcome=outcome)] == 0
+    assert set(KEY_LIMIT_STEPS) == set(get_args(Step))
+    for step in KEY_LIMIT_STEPS:
+        assert found[key("gateway_key_limits_failures_total", step=step)] == 0
