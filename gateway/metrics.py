@@ -22,6 +22,7 @@ latest read instead of one engine counted once per worker.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
 from bisect import bisect_left
@@ -311,6 +312,7 @@ def labelled(children: dict[Any, Any], metric: Counter | Gauge | Histogram, labe
 _ENGINE_REQUESTS = "gateway_replica_engine_requests"
 _ENGINE_KV_USAGE = "gateway_replica_kv_cache_usage"
 _ENGINE_UP = "gateway_replica_metrics_up"
+_REPLICA_UP = "gateway_replica_up"
 _GONE = math.nan
 """What a series that went away is set to: prometheus-client cannot remove a series from the
 workers' files, so one worker or several, a gone series is written as NaN and left out at scrape
@@ -384,13 +386,16 @@ def _present_engine(families: Iterable[Metric]) -> Iterator[Metric]:
     still hold figures another's newer read found gone), then ``vllm:kv_cache_usage_perc`` built
     from the KV series left: per model, the mean over the replicas that reported one. In sidecar
     mode (the InferencePool's) the pod's one Triton is the only replica, and the figure is its
-    engine's; with several replicas the mean is what the pod as a whole offers."""
+    engine's; with several replicas the mean is what the pod as a whole offers. A replica that
+    left DNS (NaN in ``gateway_replica_up``) is left out too."""
     families = list(families)
     down = {s.labels["replica"] for f in families if f.name == _ENGINE_UP for s in f.samples if s.value == 0}
     usage: dict[str, list[float]] = {}
     for family in families:
         if family.name in (_ENGINE_REQUESTS, _ENGINE_KV_USAGE):
             family.samples = [s for s in family.samples if not math.isnan(s.value) and s.labels["replica"] not in down]
+        if family.name == _REPLICA_UP:  # several workers: a replica that left DNS (``replica_left``)
+            family.samples = [s for s in family.samples if not math.isnan(s.value)]
         if family.name == _ENGINE_KV_USAGE:
             for sample in family.samples:
                 usage.setdefault(sample.labels["model"], []).append(sample.value)
@@ -554,7 +559,7 @@ class Metrics:
             registry=r,
         )
         self.replica_up_gauge = Gauge(
-            "gateway_replica_up", "1 while in rotation", ["replica"], multiprocess_mode="livemax", registry=r
+            _REPLICA_UP, "1 while in rotation", ["replica"], multiprocess_mode="livemax", registry=r
         )
         self.stream_migrations = Counter(
             "gateway_stream_migrations",
@@ -686,6 +691,16 @@ class Metrics:
             self._replicas_seen.add(replica)
             self._start_replica_series(replica)
         self.replica_up_gauge.labels(replica).set(1 if up else 0)
+
+    def replica_left(self, replica: str) -> None:
+        """A replica gone from DNS (a Triton pod replaced) loses its in-rotation series, so that an
+        alert on a replica out of rotation does not fire for an address that no longer exists. The
+        workers' files cannot lose a series: there it is NaN, left out at scrape time."""
+        if self.shared_live is None:
+            with contextlib.suppress(KeyError):
+                self.replica_up_gauge.remove(replica)
+        else:
+            self.replica_up_gauge.labels(replica).set(_GONE)
 
     def _start_replica_series(self, replica: str) -> None:
         """A replica's counters of rare events at 0 from the moment it joins, as Prometheus

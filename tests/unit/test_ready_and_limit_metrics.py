@@ -154,3 +154,44 @@ def test_rare_event_counters_start_at_0_for_every_known_label_value() -> None:
     assert set(KEY_LIMIT_STEPS) == set(get_args(Step))
     for step in KEY_LIMIT_STEPS:
         assert found[key("gateway_key_limits_failures_total", step=step)] == 0
+
+
+def test_a_replica_that_left_dns_has_no_in_rotation_series() -> None:
+    """A Triton pod replaced in a rollout leaves an address behind: at 0 forever, it would keep an
+    out-of-rotation alert firing for a replica that no longer exists."""
+    m = Metrics(Admission(lambda model: (1, 1), 1.0))
+    m.replica_up("a:8001", True)
+    m.replica_up("b:8001", False)
+    m.replica_left("b:8001")
+    m.replica_left("c:8001")  # never seen: nothing to remove
+    found = scrape(generate_latest(m.registry).decode())
+    assert found[key("gateway_replica_up", replica="a:8001")] == 1
+    assert key("gateway_replica_up", replica="b:8001") not in found
+    m.replica_up("b:8001", True)  # back in DNS
+    assert scrape(generate_latest(m.registry).decode())[key("gateway_replica_up", replica="b:8001")] == 1
+
+
+LEFT = """
+import sys
+from types import SimpleNamespace
+from prometheus_client import generate_latest
+from gateway.metrics import Metrics
+
+m = Metrics(SimpleNamespace(gates={}), shared=True)
+m.replica_up("a:8001", True)
+m.replica_up("b:8001", True)
+m.replica_left("b:8001")
+sys.stdout.write(generate_latest(m.registry).decode())
+"""
+
+
+def test_several_workers_leave_out_a_replica_that_left_dns(tmp_path: Path) -> None:
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path), "PYTHONPATH": str(REPO_ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-W", "error", "-c", LEFT], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    found = scrape(done.stdout)
+    assert found[key("gateway_replica_up", replica="a:8001")] == 1
+    assert key("gateway_replica_up", replica="b:8001") not in found
+    assert "nan" not in done.stdout.lower()

@@ -89,6 +89,10 @@ class RoutingObserver(Protocol):
 
     def replica_up(self, replica: str, up: bool) -> None: ...
 
+    def replica_left(self, replica: str) -> None:
+        """The replica left DNS: it is no longer one of the pool's, up or down."""
+        ...
+
     def replica_in_flight(self, replica: str, delta: int) -> None: ...
 
     def engine_load(self, replica: str, loads: Mapping[str, EngineLoad] | None) -> None:
@@ -260,7 +264,7 @@ class ReplicaPool:
                 replica.up, replica.retired = False, True
                 changed = True
                 if self.observer is not None:
-                    self.observer.replica_up(address, False)
+                    self.observer.replica_left(address)
                     self.observer.engine_load(address, None)
                 logger.info("Triton replica %s left DNS; closed once its %d streams end", address, replica.in_flight)
         if changed:
