@@ -85,7 +85,9 @@ fi
 # Real peers from Debian: the proxy-drain tests run a real nginx (nginx-light: HTTP/2 and
 # grpc_pass built in); the responses store's tests a real PostgreSQL (postgresql: initdb and
 # pg_ctl, tests/postgres.py starts a private cluster on a free port; no system cluster is used); the
-# key limits' tests a real Redis (redis-server: tests/redis_server.py starts a private one).
+# key limits' tests a real Redis (redis-server: tests/redis_server.py starts a private one); the
+# alert rules' tests promtool and the monitoring test a real Prometheus (prometheus:
+# tests/prometheus_server.py starts a private one; the package's own service is never used).
 missing=()
 if ! command -v nginx > /dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
     missing+=(nginx-light)
@@ -95,6 +97,9 @@ if ! compgen -G '/usr/lib/postgresql/*/bin/initdb' > /dev/null; then
 fi
 if ! command -v redis-server > /dev/null 2>&1 && [ ! -x /usr/bin/redis-server ]; then
     missing+=(redis-server)
+fi
+if ! command -v promtool > /dev/null 2>&1 && [ ! -x /usr/bin/promtool ]; then
+    missing+=(prometheus)
 fi
 if [ "${#missing[@]}" -gt 0 ]; then
     apt_log=$(mktemp)
@@ -124,7 +129,7 @@ h2_status=0
 # takes longer than the aio run alone), instead of lengthening the h2 run.
 SECOND_PHASE_TESTS=(
     tests/integration/test_replicas.py tests/integration/test_migration.py tests/integration/test_migration_trtllm.py
-    tests/integration/test_workers.py tests/integration/test_embedded_lifecycle.py
+    tests/integration/test_workers.py tests/integration/test_embedded_lifecycle.py tests/integration/test_prometheus.py
 )
 if [ "$#" -eq 0 ]; then
     # The integration tests leave about one core of the two idle (they wait on Tritons and
