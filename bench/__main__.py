@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from bench import plots
 from bench.report import Report
 from bench.scenarios import SCENARIOS, scenario
 from bench.stack import THIS, Variant, exit_on_signals, log
@@ -239,7 +240,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         log("interrupted: every process this run started is stopped")
         return 130
-    report.write()
+    markdown = report.write()
+    if args.command in plots.PLOTTED:
+        plots.write(args.command, report.data, markdown.with_suffix(".png"))
     return status
 
 

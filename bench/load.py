@@ -188,7 +188,7 @@ def run(args: Any, variants: list[Variant], scenarios: list[Scenario], report: R
             levels = args.concurrency or list(scenario.concurrency)
             report.add(f"## {scenario.name}: {scenario.what}", "")
             table: list[list[str]] = []
-            record: dict[str, Any] = {"scenario": scenario.name, "levels": []}
+            record: dict[str, Any] = {"scenario": scenario.name, "what": scenario.what, "levels": []}
             for concurrency in levels:
                 log(f"{scenario.name} c={concurrency}")
 

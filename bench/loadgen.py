@@ -87,6 +87,39 @@ def ms(seconds: float | None) -> float | None:
     return None if seconds is None else seconds * 1000.0
 
 
+@dataclass
+class Timeline:
+    """The window's figures every ``step`` seconds (``spec["timeline"]``; 0: none), for ``soak``'s
+    plot over time. Read from the window's running totals at the sampler's ticks, so the per-token
+    path does no more work; a point's TTFT is over the first tokens that arrived since the last."""
+
+    window: Window
+    step: float
+    points: list[dict[str, Any]] = field(default_factory=list)
+    last: float | None = None
+    tokens: float = 0.0
+    ttfts: int = 0
+
+    def sample(self, rss: dict[str, list[int]], errors: int) -> None:
+        now = time.perf_counter()
+        last = self.window.start if self.last is None else self.last
+        if not self.step or now - last < self.step:
+            return
+        window, elapsed, self.last = self.window, now - last, now
+        ttft = window.ttft[self.ttfts :]
+        self.points.append(
+            {
+                "t_s": round(now - window.start, 3),
+                "tokens_per_s": (window.tokens - self.tokens) / elapsed,
+                "ttft_p50_ms": ms(percentile(ttft, 0.5)),
+                "ttft_p95_ms": ms(percentile(ttft, 0.95)),
+                "rss_mb": {name: samples[-1] / 2**20 for name, samples in rss.items() if samples},
+                "errors": errors,
+            }
+        )
+        self.tokens, self.ttfts = window.tokens, len(window.ttft)
+
+
 # --------------------------------------------------------------------------- HTTP/1.1 + SSE
 
 
@@ -370,6 +403,7 @@ class Run:
         watch: dict[str, int] = {name: pid for name, pid in (spec.get("watch") or {}).items() if pid}
         cpu: dict[str, list[float | None]] = {name: [] for name in [*watch, "client"]}
         rss: dict[str, list[int]] = {name: [] for name in watch}
+        timeline = Timeline(window, float(spec.get("timeline") or 0.0))
 
         def mark() -> None:
             for name, pid in watch.items():
@@ -383,6 +417,7 @@ class Run:
                 await asyncio.sleep(min(0.25, max(0.0, window.end - time.perf_counter())))
                 for name, pid in watch.items():
                     rss[name].append(rss_bytes(pid) or 0)
+                timeline.sample(rss, self.error_count)
             mark()
 
         sampler = asyncio.create_task(sample())
@@ -400,7 +435,10 @@ class Run:
             unfinished = sum(1 for r in self.records if r.done is None and r.error is None)
             users.cancel()
             await asyncio.gather(users, return_exceptions=True)
-        return self.result(window, cpu, rss, unfinished)
+        out = self.result(window, cpu, rss, unfinished)
+        if timeline.step:
+            out["timeline"] = timeline.points
+        return out
 
     def result(
         self, window: Window, cpu: dict[str, list[float | None]], rss: dict[str, list[int]], unfinished: int
@@ -413,6 +451,7 @@ class Run:
             "tokens_per_s": window.tokens / duration,
             "requests_per_s": sum(1 for r in done if window.start <= (r.done or 0) < window.end) / duration,
             "ttft_p50_ms": ms(percentile(window.ttft, 0.5)),
+            "ttft_p95_ms": ms(percentile(window.ttft, 0.95)),
             "ttft_p99_ms": ms(percentile(window.ttft, 0.99)),
             "gap_p50_ms": ms(percentile(window.gaps, 0.5)),
             "gap_p99_ms": ms(percentile(window.gaps, 0.99)),

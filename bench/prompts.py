@@ -29,7 +29,8 @@ def sweep(args: Any, stack: Stack, names: list[str], report: Report) -> None:
             return load_spec(stack, side, s, 1, args.warmup, args.duration)
 
         summary = summarize(run_level(stack, [FLOOR, *names], scenario.name, build, args.repeat), names)
-        records.append({"scenario": scenario.name, "medians": summary})
+        record = {"scenario": scenario.name, "path": scenario.path, "prompt_bytes": scenario.prompt_bytes}
+        records.append({**record, "medians": summary})
         errors = sum(s["errors"] for s in summary.values())
         added = [fmt(summary[n]["added_ttft_p50_ms"], 2, sign=True) for n in names]
         table.append([scenario.what, fmt(summary[FLOOR]["ttft_p50_ms"], 2), *added, str(errors)])

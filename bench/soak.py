@@ -60,6 +60,7 @@ def run(args: Any, variants: list[Variant], report: Report) -> int:
                 "warmup": 0.0,
                 "duration": args.duration,
                 "drain_timeout": 120.0,
+                "timeline": 1.0,  # a point a second, for the plot over time
                 "watch": {"gateway": gateway.pid, "triton": triton_pid(stack.triton)},
             }
             load = run_client(spec)
@@ -86,6 +87,7 @@ def run(args: Any, variants: list[Variant], report: Report) -> int:
     header = ["variant", "streams checked", "errors", "unfinished", "tokens/s", "gateway CPU µs/token"]
     report.table([*header, "RSS start / peak / end MB", "running after"], table)
     report.data["soak"] = results
+    report.data["soak_run"] = {"streams": args.streams, "tokens": args.tokens, "duration_s": args.duration}
     return (
         0 if all(r["errors"] == 0 and not r["unfinished"] and not r["running_after"] for r in results.values()) else 1
     )
