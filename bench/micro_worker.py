@@ -227,7 +227,7 @@ def settings_for(app: str, model: str, base: dict[str, Any], workdir: Path) -> A
             extra["api_key_reload_interval"] = 0.0  # no file check on a timer during other features' requests
     # Background work on the loop thread that belongs to no request lands in whichever request
     # runs then: the model list read again every 10 s, keepalive pings every 30 s, the batch
-    # runner's turn every second, the read of Triton's metrics every second.
+    # runner's turn every second, the read of Triton's metrics every second, the readiness check.
     if "model_refresh_interval" in fields:
         extra["model_refresh_interval"] = 1e9
     if "grpc_keepalive_ms" in fields:
@@ -236,6 +236,8 @@ def settings_for(app: str, model: str, base: dict[str, Any], workdir: Path) -> A
         extra["batch_poll_interval"] = 1e9
     if "engine_load_interval" in fields:
         extra["engine_load_interval"] = 1e9
+    if "ready_check_interval" in fields:  # the readiness check when nothing probes, every 10 s
+        extra["ready_check_interval"] = 0.0
     if "responses_store" in fields:
         # A store of its own in the worker's directory, not the user's default file: a tree whose
         # schema is older than what another tree wrote there refuses to start on it.

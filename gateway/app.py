@@ -257,7 +257,7 @@ def lifespan_of(parts: AppParts) -> Callable[[FastAPI], AbstractAsyncContextMana
         if parts.metrics_listener is not None:
             await parts.metrics_listener.start()
         watcher = watch_key_file(parts.ring, settings.api_key_reload_interval)
-        readiness = asyncio.create_task(watch_ready(c))
+        readiness = asyncio.create_task(watch_ready(c, settings.ready_check_interval))
         if c.jobs is not None:
             await c.jobs.start(InProcessLines(c, parts.ring, parts.key_limits))
         try:

@@ -344,6 +344,11 @@ class Settings(BaseSettings):
     model_refresh_interval: float = Field(default=10.0, ge=0.0)
     """Seconds between refreshes of the model list from Triton (0: refresh on every lookup)."""
 
+    ready_check_interval: float = Field(default=10.0, ge=0.0)
+    """Seconds without a readiness check (``/health/ready``, which Kubernetes probes) after which
+    the gateway runs one itself, so that ``gateway_ready`` stays true on a gateway nothing probes
+    (0: only the probes' checks, and the gauge is 0 until the first)."""
+
     default_max_tokens: int = Field(default=1024, ge=1)
     """``max_tokens`` when the request sets none and the model's context length or tokenizer is
     unknown (otherwise the default is all the room the context leaves after the prompt)."""

@@ -442,6 +442,8 @@ class Metrics:
             multiprocess_mode="livemostrecent",
             registry=r,
         )
+        self.ready_at = -math.inf
+        """When the last readiness check ended (``time.monotonic``), for ``http.readiness``'s watch."""
         self._children: dict[tuple[Counter | Gauge | Histogram, tuple[str, ...]], Any] = {}
         """The replica series every request moves (``_child``), by metric and label values, as
         ``_finished`` below: ``labels()`` costs ~2 µs, and three of these are on the path to
@@ -659,6 +661,7 @@ class Metrics:
     def ready(self, ok: bool) -> None:
         """The verdict of a readiness check (``http.readiness``)."""
         self.ready_gauge.set(1 if ok else 0)
+        self.ready_at = time.monotonic()
 
     def queued(self, model: str, key: str | None, band: int, seconds: float) -> None:
         """A request got its slot after ``seconds`` in the queue."""

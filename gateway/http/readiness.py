@@ -2,15 +2,18 @@
 Prometheus the same verdict.
 
 A probe's answer reaches only the kubelet; an alert on "this pod has not been ready for five
-minutes" needs it in the scrape. Every check's verdict is kept in the gauge, and the lifespan runs
-the check every ``READY_CHECK_INTERVAL`` seconds as well, so the gauge is true on a gateway that
-nothing probes (run by hand, or behind a load balancer that only probes ``/health``).
+minutes" needs it in the scrape. Every check's verdict is kept in the gauge, and when no check has
+run for ``ready_check_interval`` seconds the lifespan runs one, so the gauge is true on a gateway
+that nothing probes (run by hand, or behind a load balancer that only probes ``/health``). Where
+Kubernetes probes at least that often, the gateway adds no check of its own: each one asks every
+replica and lists the models again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from gateway.errors import BackendUnavailableError, GatewayError, ShuttingDownError
 from gateway.http.deps import Components
@@ -18,10 +21,6 @@ from gateway.keys.context import models_visible
 from gateway.models.catalog import ServedModel
 
 logger = logging.getLogger(__name__)
-
-READY_CHECK_INTERVAL = 10.0
-"""Seconds between the lifespan's own checks: the gauge is at most this old plus a scrape
-interval, and Triton gets one ``ServerReady`` and one model list per interval per worker."""
 
 
 async def check_ready(components: Components) -> dict[str, ServedModel]:
@@ -53,15 +52,21 @@ async def _ready_models(components: Components) -> dict[str, ServedModel]:
     return models
 
 
-async def watch_ready(components: Components, interval: float = READY_CHECK_INTERVAL) -> None:
-    """Check every ``interval`` seconds until cancelled. A failure is the gauge's 0, not a log
-    line: the probes' own answers and the replica pool already say why."""
+async def watch_ready(components: Components, interval: float) -> None:
+    """Until cancelled, a check whenever none ran for ``interval`` seconds (0: never). A failure
+    is the gauge's 0, not a log line: the probes' answers and the replica pool already say why."""
+    if interval <= 0:
+        return
+    metrics = components.metrics
     while True:
-        try:
-            await check_ready(components)
-        except GatewayError:
-            pass
-        except Exception:  # an unexpected failure must not end the watch and freeze the gauge
-            components.metrics.ready(False)
-            logger.exception("readiness check failed")
-        await asyncio.sleep(interval)
+        idle = time.monotonic() - metrics.ready_at
+        if idle >= interval:
+            try:
+                await check_ready(components)
+            except GatewayError:
+                pass
+            except Exception:  # an unexpected failure must not end the watch and freeze the gauge
+                metrics.ready(False)
+                logger.exception("readiness check failed")
+            idle = 0.0
+        await asyncio.sleep(interval - idle)

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, get_args
@@ -19,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.core.admission import Admission
 from gateway.errors import BackendUnavailableError, ShuttingDownError
-from gateway.http.readiness import check_ready
+from gateway.http.readiness import check_ready, watch_ready
 from gateway.keys.counts import Step
 from gateway.metrics import KEY_LIMIT_STEPS, MIGRATION_OUTCOMES, Metrics
 
@@ -195,3 +196,39 @@ def test_several_workers_leave_out_a_replica_that_left_dns(tmp_path: Path) -> No
     assert found[key("gateway_replica_up", replica="a:8001")] == 1
     assert key("gateway_replica_up", replica="b:8001") not in found
     assert "nan" not in done.stdout.lower()
+
+
+def test_the_watch_checks_only_when_nothing_else_did_for_its_interval() -> None:
+    """Where probes come at least as often as the interval the watch adds no check of its own
+    (each asks every replica and lists the models again); where none come, it keeps the gauge true.
+    Loose counts where timers decide: the margins are 0.4 s and a whole interval."""
+    components = _components()
+    calls = []
+    server_ready = components.backend.server_ready
+
+    async def counted() -> bool:
+        calls.append(time.monotonic())
+        return await server_ready()
+
+    components.backend.server_ready = counted
+
+    async def scenario() -> None:
+        watch = asyncio.create_task(watch_ready(components, 0.5))
+        await asyncio.sleep(0.05)
+        assert len(calls) == 1  # at once: the gauge is never left at its initial 0
+        for _ in range(8):  # a probe every 0.1 s, well inside the interval
+            await check_ready(components)
+            await asyncio.sleep(0.1)
+        assert len(calls) == 1 + 8
+        await asyncio.sleep(1.3)  # no probes: the watch checks every 0.5 s
+        assert 1 + 8 + 1 <= len(calls) <= 1 + 8 + 3
+        watch.cancel()
+
+    asyncio.run(scenario())
+    assert _ready_value(components) == 1
+
+
+def test_a_watch_interval_of_0_leaves_the_checks_to_the_probes() -> None:
+    components = _components()
+    asyncio.run(asyncio.wait_for(watch_ready(components, 0.0), 1.0))
+    assert _ready_value(components) == 0
