@@ -41,10 +41,12 @@ ALERTS = {
     "GatewayAbsent": "gatewayAbsent",
     "GatewayNotReady": "gatewayNotReady",
     "ReplicaOutOfPool": "replicaOutOfPool",
+    "StreamsLost": "streamsLost",
     "QueueFull": "queueFull",
     "RequestsShed": "requestsShed",
     "HighErrorRatio": "highErrorRatio",
     "HighTimeToFirstToken": "highTimeToFirstToken",
+    "EngineKVCacheSaturated": "engineKVCacheSaturated",
     "KeyThrottled": "keyThrottled",
     "KeyLimitsStoreFailing": "keyLimitsStoreFailing",
 }
@@ -249,6 +251,8 @@ def test_non_default_values_reach_the_rules(render: RenderFn, promtool: str, tmp
             "highTimeToFirstToken": {"quantile": 0.99, "threshold": 2},
             "keyThrottled": {"threshold": 0.5, "for": "1h"},
             "keyLimitsStoreFailing": {"threshold": 0},
+            "streamsLost": {"threshold": 0.05, "for": "5m"},
+            "engineKVCacheSaturated": {"ratio": 0.8, "for": "30m", "severity": "critical"},
         },
     )
     spec = _rule(render(values))["spec"]
@@ -270,6 +274,10 @@ def test_non_default_values_reach_the_rules(render: RenderFn, promtool: str, tmp
     assert "p99" in ttft["annotations"]["summary"] and "over 2s" in ttft["annotations"]["description"]
     assert rules["KeyThrottled"]["expr"].endswith("> 0.5") and rules["KeyThrottled"]["for"] == "1h"
     assert rules["KeyLimitsStoreFailing"]["expr"].endswith("[10m]) > 0")
+    lost = rules["StreamsLost"]
+    assert lost["expr"].endswith("> 0.05") and "[10m]" in lost["expr"] and lost["for"] == "5m"
+    kv = rules["EngineKVCacheSaturated"]
+    assert kv["expr"].endswith(">= 0.8") and kv["for"] == "30m" and kv["labels"]["severity"] == "critical"
     _run(promtool, "check", "rules", str(_write_rules(spec, tmp_path / "rules.yaml")))
 
 
@@ -277,6 +285,35 @@ def test_default_shed_rule_ignores_sheddable_refusals(render: RenderFn) -> None:
     assert 'reason!~"sheddable"' in _rules(_rule(render(ON))["spec"])["RequestsShed"]["expr"]
     both = _rule_values(alerts={"requestsShed": {"ignoredReasons": ["sheddable", "displaced"]}})
     assert 'reason!~"sheddable|displaced"' in _rules(_rule(render(both))["spec"])["RequestsShed"]["expr"]
+
+
+def test_stream_rule_counts_only_streams_that_did_not_go_on(render: RenderFn) -> None:
+    expr = _rules(_rule(render(ON))["spec"])["StreamsLost"]["expr"]
+    assert 'outcome=~"failed|not_continuable"' in expr and expr.endswith("> 0")  # default: any lost stream
+
+
+def test_kv_cache_rule_takes_one_figure_per_engine(render: RenderFn) -> None:
+    """Every gateway pod reads the same engine: the most any read, per replica and model, not a
+    sum that would count one engine once per pod."""
+    expr = _rules(_rule(render(ON))["spec"])["EngineKVCacheSaturated"]["expr"]
+    assert expr.startswith("max by (namespace, job, replica, model) (") and expr.endswith(">= 0.95")
+
+
+def test_zero_thresholds_reach_the_rules(render: RenderFn) -> None:
+    """0 is a threshold, not an unset value (Helm's ``default`` would replace it)."""
+    zero = _rule_values(
+        alerts={
+            "streamsLost": {"threshold": 0},
+            "engineKVCacheSaturated": {"ratio": 0},
+            "requestsShed": {"threshold": 0},
+            "keyLimitsStoreFailing": {"threshold": 0},
+        }
+    )
+    rules = _rules(_rule(render(zero))["spec"])
+    assert rules["StreamsLost"]["expr"].endswith("> 0")
+    assert rules["EngineKVCacheSaturated"]["expr"].endswith(">= 0")
+    assert rules["RequestsShed"]["expr"].endswith("> 0")
+    assert rules["KeyLimitsStoreFailing"]["expr"].endswith("> 0")
 
 
 def test_alerts_can_be_disabled_one_by_one_and_all(render: RenderFn) -> None:
@@ -327,6 +364,9 @@ def test_fast_values_render_rules_that_fire_at_once(render: RenderFn, promtool: 
         {"alerts": {"highTimeToFirstToken": {"quantile": 95}}},
         {"alerts": {"requestsShed": {"ignoredReasons": ["busy"]}}},
         {"alerts": {"keyThrottled": {"threshold": -1}}},
+        {"alerts": {"streamsLost": {"threshold": -0.1}}},
+        {"alerts": {"engineKVCacheSaturated": {"ratio": 1.2}}},
+        {"alerts": {"engineKVCacheSaturated": {"threshold": 0.9}}},
         {"alerts": {"gatewayDown": {"page": True}}},
         {"alertLabels": {"severity": "page"}},
     ],

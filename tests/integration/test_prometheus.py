@@ -67,6 +67,8 @@ FIRING_HERE = {
     "HighTimeToFirstToken",
     "KeyThrottled",
     "KeyLimitsStoreFailing",
+    "StreamsLost",
+    "EngineKVCacheSaturated",
 }
 """The alerts this test's events trip (with the test's thresholds): all of them. ``GatewayAbsent``
 fires while Prometheus has not yet scraped the gateway (its target discovery takes a few seconds,
@@ -126,6 +128,8 @@ FAST_ALERTS: dict[str, Any] = {
                     "highTimeToFirstToken": {"for": "0s", "threshold": 0.0001},
                     "keyThrottled": {"for": "0s", "threshold": 0},
                     "keyLimitsStoreFailing": {"for": "0s", "threshold": 0},
+                    "streamsLost": {"for": "0s", "threshold": 0},
+                    "engineKVCacheSaturated": {"for": "0s", "ratio": 0.001},
                 },
             }
         }
@@ -287,6 +291,22 @@ async def _moved_streams(gateway: GatewayProcess, metrics_url: str, victim: Trit
     return outcomes
 
 
+def _lose_a_stream(gateway: GatewayProcess, last: TritonServer) -> None:
+    """A stream on the last replica, which is killed under it: the stream cannot move and ends
+    with an error event, in a complete SSE body."""
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "go on"}], "max_tokens": 3000, "stream": True}
+    with httpx.stream(
+        "POST", gateway.url + "/v1/chat/completions", json=body, headers=_headers("sk-team-a"), timeout=60
+    ) as answer:
+        assert answer.status_code == 200
+        lines = answer.iter_lines()
+        assert next(line for line in lines if line.startswith("data: {"))
+        last.kill()
+        rest = list(lines)
+    frames = [line for line in rest if line]
+    assert frames[-1].startswith('data: {"error"'), frames[-3:]  # read to the body's end: complete
+
+
 def _firing(prometheus: PrometheusServer) -> set[str]:
     """The alerts that fired at any time in the last 10 minutes (``ALERTS`` is in the TSDB)."""
     found = prometheus.query('max_over_time(ALERTS{alertstate="firing"}[10m])')
@@ -345,7 +365,7 @@ def test_every_panel_and_alert_evaluates_on_real_scraped_metrics(stack: dict[str
     broken = [f"{r['name']}: {r.get('lastError')}" for r in rules if r["health"] != "ok"]
     assert not broken, broken
 
-    tritons[1].kill()  # no replica left: not ready
+    _lose_a_stream(gateway, tritons[1])  # no replica left to continue it on, and none ready
     assert wait_for(lambda: "GatewayNotReady" in _firing(prometheus), timeout=40), _firing(prometheus)
     stop_gateway(gateway)
     assert wait_for(lambda: "GatewayDown" in _firing(prometheus), timeout=20), _firing(prometheus)

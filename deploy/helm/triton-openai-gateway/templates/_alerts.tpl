@@ -53,10 +53,15 @@ name, expr, summary, description.
     runbook_url: {{ printf "%s#%s" $pr.runbookBaseUrl (lower .name) | quote }}
 {{- end }}
 
-{{/* Whether the target is down or gone, whether it is ready, whether its Triton replicas are in rotation. */}}
+{{/*
+Whether the target is down or gone, whether it is ready, whether its Triton replicas are in
+rotation, and whether the streams a failed replica was generating went on elsewhere.
+*/}}
 {{- define "triton-openai-gateway.availabilityAlerts" -}}
+{{- $pr := .Values.gateway.metrics.prometheusRule }}
 {{- $s := include "triton-openai-gateway.alertSelector" . }}
-{{- $alerts := .Values.gateway.metrics.prometheusRule.alerts }}
+{{- $w := $pr.rateWindow }}
+{{- $alerts := $pr.alerts }}
 {{- with $alerts.gatewayDown }}{{ if .enabled }}
 {{ include "triton-openai-gateway.alertRule" (dict "root" $ "alert" . "name" "GatewayDown"
   "expr" (printf `up{%s, endpoint!="triton-metrics"} == 0` $s)
@@ -81,9 +86,15 @@ name, expr, summary, description.
   "summary" `Triton replica {{ $labels.replica }} is out of rotation on {{ $labels.instance }}`
   "description" `The gateway at {{ $labels.instance }}{{ with $labels.pod }} (pod {{ . }}){{ end }} keeps Triton replica {{ $labels.replica }} out of rotation (gateway_replica_up 0): its probes find it unreachable, not ready, or unable to list its models. The other replicas take its requests, with less capacity between them.`) }}
 {{- end }}{{ end }}
+{{- with $alerts.streamsLost }}{{ if .enabled }}
+{{ include "triton-openai-gateway.alertRule" (dict "root" $ "alert" . "name" "StreamsLost"
+  "expr" (printf "sum by (namespace, job, replica, outcome) (\n  rate(gateway_stream_migrations_total{%s, outcome=~\"failed|not_continuable\"}[%s])\n)\n> %v" $s $w .threshold)
+  "summary" `Streams lost when Triton replica {{ $labels.replica }} failed ({{ $labels.outcome }})`
+  "description" `Streams that Triton replica {{ $labels.replica }} was generating when it failed mid-stream (killed, drained past its grace, its connection lost) did not go on on another replica, at {{ $value | printf "%.3g" }}/s (job {{ $labels.job }}): their clients got an error event after part of the answer. Outcome {{ $labels.outcome }} (failed: no other replica in rotation could take the stream, or it refused the continuation; not_continuable: the stream had already moved GATEWAY_MIGRATION_LIMIT times, its deadline had passed, or its model could not build the continuation).`) }}
+{{- end }}{{ end }}
 {{- end }}
 
-{{/* What clients see: a full queue, refusals, 5xx, slow first tokens. */}}
+{{/* What clients see: a full queue, refusals, 5xx, slow first tokens, and a KV cache full behind them. */}}
 {{- define "triton-openai-gateway.trafficAlerts" -}}
 {{- $pr := .Values.gateway.metrics.prometheusRule }}
 {{- $s := include "triton-openai-gateway.alertSelector" . }}
@@ -116,6 +127,12 @@ name, expr, summary, description.
   "expr" (printf "histogram_quantile(%v,\n  sum by (namespace, job, model, le) (rate(gateway_time_to_first_token_seconds_bucket{%s}[%s]))\n)\n> %v" .quantile $s $w .threshold)
   "summary" (printf `Model {{ $labels.model }}: %s time to first token is {{ $value | humanizeDuration }}` $p)
   "description" (printf `The %s time from a request's arrival to its first generated text, for model {{ $labels.model }} (job {{ $labels.job }}), is {{ $value | humanizeDuration }}, over %vs: requests wait for a gateway slot or in Triton's queue, or the prompts' prefill is slow.` $p .threshold)) }}
+{{- end }}{{ end }}
+{{- with $alerts.engineKVCacheSaturated }}{{ if .enabled }}
+{{ include "triton-openai-gateway.alertRule" (dict "root" $ "alert" . "name" "EngineKVCacheSaturated"
+  "expr" (printf "max by (namespace, job, replica, model) (gateway_replica_kv_cache_usage{%s})\n>= %v" $s .ratio)
+  "summary" `KV cache of model {{ $labels.model }} on Triton replica {{ $labels.replica }} is {{ $value | humanizePercentage }} full`
+  "description" `The engine of model {{ $labels.model }} on Triton replica {{ $labels.replica }} (job {{ $labels.job }}) has {{ $value | humanizePercentage }} of its KV cache in use (gateway_replica_kv_cache_usage: the most any gateway pod read; each reads the same engine): it has no room for more sequences, so it queues new requests or preempts running ones, and time to first token and inter-token latency rise.`) }}
 {{- end }}{{ end }}
 {{- end }}
 
