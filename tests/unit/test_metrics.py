@@ -3,10 +3,6 @@ load, read back from the exposition a scrape returns, with one worker and with s
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,8 +12,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.core.admission import Admission
 from gateway.metrics import MIGRATION_BUCKETS, Metrics
+from tests.unit.metrics_worker import run_worker
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 ENGINE_SERIES = ("gateway_replica_engine_requests", "gateway_replica_kv_cache_usage", "vllm:kv_cache_usage_perc")
 
 
@@ -223,17 +219,7 @@ for step in json.loads(sys.argv[1]):
 
 def worker(directory: Path, *steps: list[Any]) -> str:
     """One worker process doing ``steps`` in the shared directory; its stdout (a scrape's text)."""
-    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(directory), "PYTHONPATH": str(REPO_ROOT)}
-    done = subprocess.run(
-        [sys.executable, "-W", "error", "-c", WORKER, json.dumps(steps)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+    return run_worker(directory, WORKER, steps)
 
 
 def test_several_workers_show_the_latest_read_not_a_sum(tmp_path: Path) -> None:

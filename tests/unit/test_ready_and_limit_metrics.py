@@ -5,10 +5,6 @@ readiness check's verdict (``http.readiness``), with one worker and with several
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -23,8 +19,8 @@ from gateway.errors import BackendUnavailableError, ShuttingDownError
 from gateway.http.readiness import check_ready, watch_ready
 from gateway.keys.counts import Step
 from gateway.metrics import KEY_LIMIT_STEPS, MIGRATION_OUTCOMES, Metrics
+from tests.unit.metrics_worker import run_worker
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 Found = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
@@ -56,8 +52,7 @@ WORKER = """
 import json, sys
 from types import SimpleNamespace
 from prometheus_client import generate_latest
-from gateway.keys.counts import Step
-from gateway.metrics import KEY_LIMIT_STEPS, MIGRATION_OUTCOMES, Metrics
+from gateway.metrics import Metrics
 
 limit, queue_size, ready = json.loads(sys.argv[1])
 gate = SimpleNamespace(limit=limit, queue_size=queue_size, running=1, waiting=2, running_adapters={}, waiting_adapters={})
@@ -70,17 +65,7 @@ sys.stdout.write(generate_latest(m.registry).decode())
 
 
 def worker(directory: Path, limit: int, queue_size: int, ready: bool | None) -> str:
-    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(directory), "PYTHONPATH": str(REPO_ROOT)}
-    done = subprocess.run(
-        [sys.executable, "-W", "error", "-c", WORKER, json.dumps([limit, queue_size, ready])],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+    return run_worker(directory, WORKER, [limit, queue_size, ready])
 
 
 def test_several_workers_add_their_shares_up_to_the_configured_limits(tmp_path: Path) -> None:
@@ -187,15 +172,11 @@ sys.stdout.write(generate_latest(m.registry).decode())
 
 
 def test_several_workers_leave_out_a_replica_that_left_dns(tmp_path: Path) -> None:
-    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path), "PYTHONPATH": str(REPO_ROOT)}
-    done = subprocess.run(
-        [sys.executable, "-W", "error", "-c", LEFT], env=env, capture_output=True, text=True, timeout=60, check=False
-    )
-    assert done.returncode == 0, done.stderr
-    found = scrape(done.stdout)
+    text = run_worker(tmp_path, LEFT)
+    found = scrape(text)
     assert found[key("gateway_replica_up", replica="a:8001")] == 1
     assert key("gateway_replica_up", replica="b:8001") not in found
-    assert "nan" not in done.stdout.lower()
+    assert "nan" not in text.lower()
 
 
 def test_the_watch_checks_only_when_nothing_else_did_for_its_interval() -> None:
