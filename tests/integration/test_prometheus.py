@@ -10,7 +10,8 @@ key over its limit, 404s, 400s and Triton errors, a client that leaves mid-strea
 replica is killed under streams that move to the other, and Redis is stopped.
 
 Then every panel query of the dashboard (its variables at "All") must return series, every
-alert rule must evaluate without error, and each alert the events should trip must have fired
+variable must find values, every alert rule must evaluate without error (and the texts of the
+alerts active then expand), and each alert the events should trip must have fired
 (Prometheus keeps ``ALERTS`` in its TSDB); the last replica and then the gateway are stopped for
 the not-ready and the down alerts. A typo'd metric or label in a panel or a rule fails here.
 """
@@ -331,6 +332,20 @@ def _panel_queries() -> list[tuple[str, str]]:
     return out
 
 
+def _variable_queries() -> list[tuple[str, str, str]]:
+    """(variable, series selector, label) of every ``label_values`` variable of the dashboard."""
+    out = []
+    for variable in json.loads(DASHBOARD.read_text())["templating"]["list"]:
+        if variable["type"] != "query":
+            continue
+        query = variable["query"]
+        query = query["query"] if isinstance(query, dict) else query
+        found = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", query.strip())
+        assert found, f"variable {variable['name']}: not a label_values query: {query}"
+        out.append((variable["name"], found.group(1), found.group(2)))
+    return out
+
+
 def test_every_panel_and_alert_evaluates_on_real_scraped_metrics(stack: dict[str, Any]) -> None:
     gateway: GatewayProcess = stack["gateway"]
     prometheus: PrometheusServer = stack["prometheus"]
@@ -359,6 +374,10 @@ def test_every_panel_and_alert_evaluates_on_real_scraped_metrics(stack: dict[str
             empty.append(f"{title}: {expr}")
     assert not empty, "panel queries with no series:\n" + "\n".join(empty)
 
+    for name, selector, label in _variable_queries():  # what Grafana asks for the variable's choices
+        values = [v for v in prometheus.api(f"label/{label}/values", **{"match[]": selector}) if v]
+        assert values, f"variable {name}: no {label} values on {selector}"
+
     groups = prometheus.api("rules")["groups"]
     rules = [rule for group in groups for rule in group["rules"]]
     assert rules, "Prometheus loaded no rules"
@@ -371,6 +390,12 @@ def test_every_panel_and_alert_evaluates_on_real_scraped_metrics(stack: dict[str
     assert wait_for(lambda: "GatewayDown" in _firing(prometheus), timeout=20), _firing(prometheus)
     alerts = {rule["name"] for rule in rules if rule["type"] == "alerting"}
     assert FIRING_HERE <= alerts, FIRING_HERE - alerts
+    active = [rule for group in prometheus.api("rules")["groups"] for rule in group["rules"] if rule.get("alerts")]
+    assert active
+    for rule in active:  # the active alerts' texts, as Alertmanager would get them
+        for alert in rule["alerts"]:
+            texts = " ".join(alert["annotations"].values())
+            assert "error expanding" not in texts and "<no value>" not in texts, (rule["name"], alert["annotations"])
     missing = FIRING_HERE - _firing(prometheus)
     exprs = {rule["name"]: rule["query"] for rule in rules}
     seen = {name: prometheus.query(f"max_over_time(({exprs[name]})[10m:1s])") for name in missing}
