@@ -239,24 +239,36 @@ async def _stream(client: openai.AsyncOpenAI, i: int, tokens: int) -> str:
 
 
 async def _wave(gateway: GatewayProcess) -> list[str]:
-    """One round of every event: 12 streams on 4 slots and 4 places (the rest shed), the limited
-    key twice, an unknown model, a bad body, Triton errors, a client that leaves mid-stream."""
+    """One round of every event: Triton errors, an unknown model, a bad body; the limited key over
+    its limit; 12 streams on 4 slots and 4 places (the rest shed); 8 requests that hold the
+    scripted model's 4 slots for 3 s, so that its queue stays full for several scrapes however
+    slow the machine; a client that leaves mid-stream."""
     client = openai.AsyncOpenAI(base_url=gateway.url + "/v1", api_key="sk-team-a", max_retries=0)
     async with httpx.AsyncClient(base_url=gateway.url, timeout=60) as http:
-        streams = asyncio.gather(*(_stream(client, i, 200) for i in range(12)))
         answers = []
-        for _ in range(2):
-            body = {"model": MODEL, "prompt": "hi", "max_tokens": 2}
-            answers.append(await http.post("/v1/completions", json=body, headers=_headers("sk-team-b")))
-        script = json.dumps({"responses": [{"utf8": ["x"]}], "error": {"message": "boom", "after": 0}})
+        failing = json.dumps({"responses": [{"utf8": ["x"]}], "error": {"message": "boom", "after": 0}})
         for body in (
             {"model": "no-such-model", "prompt": "hi"},
             {"model": MODEL, "prompt": "hi", "max_tokens": -3},
-            {"model": SCRIPTED, "prompt": script},
-            {"model": SCRIPTED, "prompt": script},
+            {"model": SCRIPTED, "prompt": failing},
+            {"model": SCRIPTED, "prompt": failing},
         ):
             answers.append(await http.post("/v1/completions", json=body, headers=_headers("sk-team-a")))
+        # The key with rpm = 1, three times at once: at least one 429 even across a minute's end.
+        quick = {"model": SCRIPTED, "prompt": json.dumps({"responses": [{"utf8": ["x"]}]})}
+        answers += await asyncio.gather(
+            *(http.post("/v1/completions", json=quick, headers=_headers("sk-team-b")) for _ in range(3))
+        )
+        holding = json.dumps({"responses": [{"utf8": ["x"]}], "hang": 3.0})
+        held = asyncio.gather(
+            *(
+                http.post("/v1/completions", json={"model": SCRIPTED, "prompt": holding}, headers=_headers("sk-team-a"))
+                for _ in range(8)
+            )
+        )
+        streams = asyncio.gather(*(_stream(client, i, 200) for i in range(12)))
         outcomes = await streams
+        assert [a.status_code for a in await held] == [200] * 8
         async with http.stream(  # after the flood, so that it gets a slot
             "POST",
             "/v1/chat/completions",
@@ -268,7 +280,7 @@ async def _wave(gateway: GatewayProcess) -> list[str]:
                 break
     await client.close()
     statuses = [a.status_code for a in answers]
-    assert 429 in statuses[:2] and statuses[2:4] == [404, 400] and min(statuses[4:]) >= 500, statuses
+    assert statuses[:2] == [404, 400] and min(statuses[2:4]) >= 500 and 429 in statuses[4:], statuses
     return outcomes
 
 
