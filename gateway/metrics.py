@@ -88,7 +88,7 @@ MIGRATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 MIGRATION_OUTCOMES = ("continued", "failed", "not_continuable")
 """The ``outcome`` label of ``gateway_stream_migrations_total`` (``backend.replicas.stream``)."""
 KEY_LIMIT_STEPS = ("admit", "charge", "release", "renew")
-"""The ``step`` label of ``gateway_key_limits_failures_total`` (``keys.limits``)."""
+"""The ``step`` label of ``gateway_key_limits_failures_total`` (``keys.counts.Step``)."""
 TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536)
 GAP_FLUSH_EVERY = 64
 """A stream's inter-token gaps reach the histogram in one go every this many (and at its end)."""
@@ -314,9 +314,10 @@ _ENGINE_KV_USAGE = "gateway_replica_kv_cache_usage"
 _ENGINE_UP = "gateway_replica_metrics_up"
 _REPLICA_UP = "gateway_replica_up"
 _GONE = math.nan
-"""What a series that went away is set to: prometheus-client cannot remove a series from the
-workers' files, so one worker or several, a gone series is written as NaN and left out at scrape
-time (``_present_engine``)."""
+"""What an engine series that went away is set to (and, with several workers, a replica's
+``gateway_replica_up`` once it left DNS): prometheus-client cannot remove a series from the
+workers' files, so one worker or several, a gone engine series is written as NaN and left out
+at scrape time (``_present_engine``)."""
 
 
 class _EngineGauges(Collector):
