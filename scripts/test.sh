@@ -125,7 +125,7 @@ lane_start client scripts/client-lane.sh .client-lane-install.out .client-lane.o
 h2_status=0
 # Tests that start tritonservers or gateway processes of their own (three replicas; streams moved
 # between three more, and between two TensorRT-LLM stand-in stacks; two workers; the embedded
-# launcher's lifecycle): with no arguments they run after the aio run, beside the vLLM lane (which
+# launcher's lifecycle; two behind a gateway that a Prometheus scrapes): with no arguments they run after the aio run, beside the vLLM lane (which
 # takes longer than the aio run alone), instead of lengthening the h2 run.
 SECOND_PHASE_TESTS=(
     tests/integration/test_replicas.py tests/integration/test_migration.py tests/integration/test_migration_trtllm.py
