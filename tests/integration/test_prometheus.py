@@ -20,6 +20,7 @@ active must expand. A typo'd metric or label in a panel or a rule fails here.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import time
@@ -143,63 +144,72 @@ thresholds this short load crosses; the default thresholds are ``promtool test r
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """The peers, each stopped at the end however far the setup got (a setup that fails half-way
+    must not leave Tritons, Redis or a gateway running)."""
     base = tmp_path_factory.mktemp("prometheus")
-    tritons = [_triton(base, i) for i in range(2)]
-    redis = RedisServer(base / "redis")
-    with ThreadPoolExecutor(2) as pool:
-        list(pool.map(lambda s: s.start(), tritons))
-    redis.start()
-    keys = base / "keys.toml"
-    keys.write_text(
-        "\n".join(
-            f'[[key]]\nname = "{name}"\nsha256 = ["{hash_key(key)}"]\n{limits}\n'
-            for key, (name, limits) in KEYS.items()
+    with contextlib.ExitStack() as cleanup:
+        tritons = [_triton(base, i) for i in range(2)]
+        cleanup.callback(stop_in_background, *tritons)
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(lambda s: s.start(), tritons))
+        redis = RedisServer(base / "redis")
+        cleanup.callback(redis.stop)
+        redis.start()
+        keys = base / "keys.toml"
+        keys.write_text(
+            "\n".join(
+                f'[[key]]\nname = "{name}"\nsha256 = ["{hash_key(key)}"]\n{limits}\n'
+                for key, (name, limits) in KEYS.items()
+            )
         )
-    )
-    metrics_port = free_port()
-    gateway = start_gateway(
-        ",".join(t.grpc_url for t in tritons),
-        base / "gateway.log",
-        "--triton-metrics",
-        ",".join(str(t.metrics_port) for t in tritons),
-        "--api-key-policy-file",
-        str(keys),
-        "--key-limits-redis-url",
-        redis.url,
-        "--metrics-port",
-        str(metrics_port),
-        "--max-concurrent-requests",
-        "4",
-        "--max-queue-size",
-        "4",
-    )
-    (base / "rules.yaml").write_text(yaml.safe_dump(rendered_rules(FAST_ALERTS), sort_keys=False))
-    prometheus = PrometheusServer(
-        base / "prom",
-        {
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "rule_files": [str(base / "rules.yaml")],
-            "scrape_configs": [
-                {
-                    "job_name": GATEWAY_JOB,
-                    "static_configs": [
-                        {"targets": [f"127.0.0.1:{metrics_port}"], "labels": {"namespace": NAMESPACE, "pod": "gw-0"}}
-                    ],
-                },
-                {
-                    "job_name": "triton",
-                    "static_configs": [
-                        {
-                            "targets": [f"127.0.0.1:{t.metrics_port}" for t in tritons],
-                            "labels": {"namespace": NAMESPACE},
-                        }
-                    ],
-                },
-            ],
-        },
-    )
-    prometheus.start()
-    try:
+        (base / "rules.yaml").write_text(yaml.safe_dump(rendered_rules(FAST_ALERTS), sort_keys=False))
+        metrics_port = free_port()
+        gateway = start_gateway(
+            ",".join(t.grpc_url for t in tritons),
+            base / "gateway.log",
+            "--triton-metrics",
+            ",".join(str(t.metrics_port) for t in tritons),
+            "--api-key-policy-file",
+            str(keys),
+            "--key-limits-redis-url",
+            redis.url,
+            "--metrics-port",
+            str(metrics_port),
+            "--max-concurrent-requests",
+            "4",
+            "--max-queue-size",
+            "4",
+        )
+        cleanup.callback(stop_gateway, gateway)
+        prometheus = PrometheusServer(
+            base / "prom",
+            {
+                "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                "rule_files": [str(base / "rules.yaml")],
+                "scrape_configs": [
+                    {
+                        "job_name": GATEWAY_JOB,
+                        "static_configs": [
+                            {
+                                "targets": [f"127.0.0.1:{metrics_port}"],
+                                "labels": {"namespace": NAMESPACE, "pod": "gw-0"},
+                            }
+                        ],
+                    },
+                    {
+                        "job_name": "triton",
+                        "static_configs": [
+                            {
+                                "targets": [f"127.0.0.1:{t.metrics_port}" for t in tritons],
+                                "labels": {"namespace": NAMESPACE},
+                            }
+                        ],
+                    },
+                ],
+            },
+        )
+        cleanup.callback(prometheus.stop)
+        prometheus.start()
         # Its first scrapes wait for target discovery (a few seconds): a load before them would
         # be its first sample, with no rate.
         scraped = wait_for(lambda: len(prometheus.query("up == 1")) == 3, timeout=30, interval=0.2)
@@ -211,11 +221,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             "prometheus": prometheus,
             "metrics_url": f"http://127.0.0.1:{metrics_port}/metrics",
         }
-    finally:
-        prometheus.stop()
-        stop_gateway(gateway)
-        redis.stop()
-        stop_in_background(*tritons)
 
 
 def _headers(key: str) -> dict[str, str]:
