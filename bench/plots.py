@@ -105,6 +105,17 @@ def lookup(medians: dict[float, Any], key: str) -> Callable[[str, float], float 
     return lambda side, x: number(medians[x].get(side, {}).get(key))
 
 
+def ttft_lines(
+    sides: Iterable[str], labels: dict[str, str], xs: list[float], medians: dict[float, Any]
+) -> tuple[Series, ...]:
+    """Every side's TTFT p50 (solid) and p95 (dashed) at each x."""
+    return tuple(
+        series(s, labels.get(s, s), xs, (lookup(medians, f"ttft_{q}_ms")(s, x) for x in xs), q == "p95")
+        for s in sides
+        for q in ("p50", "p95")
+    )
+
+
 def log_scale(lines: Iterable[Series]) -> bool:
     values = [y for line in lines for y in line.y if y > 0]
     return bool(values) and max(values) / min(values) >= LOG_RANGE
@@ -161,14 +172,11 @@ def load_figure(data: dict[str, Any]) -> Figure | None:
     for record in records:
         levels = [float(level["concurrency"]) for level in record["levels"]]
         medians = {float(level["concurrency"]): level["medians"] for level in record["levels"]}
-
-        def get(key: str, at: dict[float, Any] = medians) -> Callable[[str, float], float | None]:
-            return lookup(at, key)
-
+        tokens_per_s, ttft_p50 = lookup(medians, "tokens_per_s"), lookup(medians, "ttft_p50_ms")
         ticks = tuple((c, f"{c:g}") for c in levels)
         scenario = f"{record['scenario']} ({record['what']})" if record.get("what") else record["scenario"]
         where = "c = {:g}".format
-        tokens = tuple(series(s, labels.get(s, s), levels, (get("tokens_per_s")(s, c) for c in levels)) for s in sides)
+        tokens = tuple(series(s, labels.get(s, s), levels, (tokens_per_s(s, c) for c in levels)) for s in sides)
         throughput = Panel(
             f"{scenario}\noutput tokens/s, all streams together (higher is better)",
             "concurrent streams (c)",
@@ -176,16 +184,12 @@ def load_figure(data: dict[str, Any]) -> Figure | None:
             tokens,
             ticks,
             xlog=2,
-            note="tokens/s, " + versus(names, get("tokens_per_s"), levels, where, times, "/"),
+            note="tokens/s, " + versus(names, tokens_per_s, levels, where, times, "/"),
         )
-        ttft = tuple(
-            series(s, labels.get(s, s), levels, (get(f"ttft_{q}_ms")(s, c) for c in levels), q == "p95")
-            for s in sides
-            for q in ("p50", "p95")
-        )
-        missing = [c for c in levels if all(get("ttft_p50_ms")(s, c) is None for s in sides)]
+        ttft = ttft_lines(sides, labels, levels, medians)
+        missing = [c for c in levels if all(ttft_p50(s, c) is None for s in sides)]
         levels_with_ttft = [c for c in levels if c not in missing]
-        notes = ["TTFT p50, " + versus(names, get("ttft_p50_ms"), levels_with_ttft, where, minus, "−")]
+        notes = ["TTFT p50, " + versus(names, ttft_p50, levels_with_ttft, where, minus, "−")]
         if missing:
             cs = ", ".join(f"{c:g}" for c in missing)
             notes.append(f"no TTFT at c = {cs}: no stream both began and got its first token in the window")
@@ -222,15 +226,7 @@ def prompts_figure(data: dict[str, Any]) -> Figure | None:
         mine = sorted((r for r in records if endpoint_of(r["path"]) == endpoint), key=lambda r: r["prompt_bytes"])
         sizes = [float(r["prompt_bytes"]) for r in mine]
         medians = {float(r["prompt_bytes"]): r["medians"] for r in mine}
-
-        def get(key: str, at: dict[float, Any] = medians) -> Callable[[str, float], float | None]:
-            return lookup(at, key)
-
-        ttft = tuple(
-            series(s, labels.get(s, s), sizes, (get(f"ttft_{q}_ms")(s, x) for x in sizes), q == "p95")
-            for s in sides
-            for q in ("p50", "p95")
-        )
+        ttft = ttft_lines(sides, labels, sizes, medians)
         panels.append(
             Panel(
                 f"{endpoint}, c = 1: time to first token, p50 solid, p95 dashed (lower is better)",
@@ -240,7 +236,7 @@ def prompts_figure(data: dict[str, Any]) -> Figure | None:
                 tuple((x, size_label(x)) for x in sizes),
                 xlog=10,
                 ylog=log_scale(ttft),
-                note="TTFT p50, " + versus(names, get("ttft_p50_ms"), sizes, size_label, minus, "−"),
+                note="TTFT p50, " + versus(names, lookup(medians, "ttft_p50_ms"), sizes, size_label, minus, "−"),
             )
         )
     return Figure(heading("prompts", data, "TTFT by prompt size"), sides, (tuple(panels),))
