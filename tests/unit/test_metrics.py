@@ -8,11 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_client import generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.core.admission import Admission
 from gateway.metrics import MIGRATION_BUCKETS, Metrics
-from tests.unit.metrics_worker import run_worker
+from tests.unit.metrics_exposition import key, run_worker, scrape
 
 ENGINE_SERIES = ("gateway_replica_engine_requests", "gateway_replica_kv_cache_usage", "vllm:kv_cache_usage_perc")
 
@@ -30,21 +29,8 @@ def metrics() -> Metrics:
     return Metrics(Admission(lambda model: (1, 1), 1.0))
 
 
-def scrape(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-    """Every sample of an exposition, by name and labels."""
-    return {
-        (sample.name, frozenset(sample.labels.items())): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
-
-
 def samples(m: Metrics) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     return scrape(generate_latest(m.registry).decode())
-
-
-def key(name: str, **labels: str) -> tuple[str, frozenset[tuple[str, str]]]:
-    return name, frozenset(labels.items())
 
 
 def of(found: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str) -> dict[frozenset[Any], float]:

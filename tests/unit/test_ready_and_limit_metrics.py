@@ -12,28 +12,13 @@ from typing import Any, get_args
 
 import pytest
 from prometheus_client import generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.core.admission import Admission
 from gateway.errors import BackendUnavailableError, ShuttingDownError
 from gateway.http.readiness import check_ready, watch_ready
 from gateway.keys.counts import Step
 from gateway.metrics import KEY_LIMIT_STEPS, MIGRATION_OUTCOMES, Metrics
-from tests.unit.metrics_worker import run_worker
-
-Found = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-def scrape(text: str) -> Found:
-    return {
-        (sample.name, frozenset(sample.labels.items())): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
-
-
-def key(name: str, **labels: str) -> tuple[str, frozenset[tuple[str, str]]]:
-    return name, frozenset(labels.items())
+from tests.unit.metrics_exposition import key, run_worker, scrape
 
 
 def test_each_model_s_slots_and_queue_capacity_are_published() -> None:
